@@ -1,0 +1,1 @@
+"""The bandwidth-floor model: device profiles, model profiles and latency predictions."""

@@ -1,0 +1,27 @@
+"""Errors raised by the floor model and its profile readers."""
+
+
+class FloorError(Exception):
+    """Base class for errors in the floor model."""
+
+
+class UnknownDeviceError(FloorError, KeyError):
+    """A device id that no profile matches."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class ProbeError(FloorError):
+    """The host probe failed or its cache could not be read or written."""
+
+
+class ModelInfoError(FloorError):
+    """A model file or preset could not be read into a profile."""
+
+
+class UnknownPresetError(ModelInfoError, KeyError):
+    """A model preset name that no shape matches."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

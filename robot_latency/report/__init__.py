@@ -1,0 +1,1 @@
+"""Summaries, comparisons and reports of recorded runs."""

@@ -1,0 +1,1 @@
+"""ROS 2 adapters: the only code in the package that imports rclpy."""

@@ -1,0 +1,183 @@
+"""The engine protocol: one seam for every backend (llama.cpp, ONNX Runtime, simulated).
+
+An engine turns a :class:`GenerationRequest` into a :class:`GenerationTrace`: the tokens, their
+text, and a timestamp for every event read from the engine's injected clock. The trace holds raw
+timestamps only; every duration (tokenize, prefill, each inter-token gap) is derived from them.
+An engine never raises for a generation that went wrong at run time: the trace says so
+(``stop_reason="error"`` and ``error``), and the planner falls back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class EngineError(Exception):
+    """An engine that cannot be created or loaded (bad model file, unknown option)."""
+
+
+class UnknownEngineError(EngineError, KeyError):
+    """An engine name that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class StopReason(str, enum.Enum):
+    """Why a generation ended."""
+
+    DONE = "done"               # the model ended its output (end token or a stop string)
+    MAX_TOKENS = "max_tokens"   # hit the request's token limit
+    DEADLINE = "deadline"       # the engine stopped itself at the request's deadline
+    ABORTED = "aborted"         # the caller asked it to stop
+    ERROR = "error"             # the engine failed; see ``GenerationTrace.error``
+
+
+@runtime_checkable
+class AbortSignal(Protocol):
+    """Anything with ``is_set()``: threading.Event, multiprocessing.Event."""
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation at batch 1.
+
+    Args:
+        prompt: the full prompt text (the engine reuses whatever prefix it has cached).
+        max_tokens: most tokens to generate.
+        deadline_ns: absolute time, on the engine's clock, after which the engine should stop
+            (None: no deadline). The planner enforces the deadline itself as well; this lets
+            the engine stop between chunks or tokens instead of burning time nobody will use.
+        grammar: GBNF text constraining the output, or None.
+        stop: strings that end the output when generated (not included in the text).
+        temperature: 0 is greedy.
+        seed: sampling seed.
+    """
+
+    prompt: str
+    max_tokens: int = 32
+    deadline_ns: int | None = None
+    grammar: str | None = None
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class GenerationTrace:
+    """What one generation did, stamped with the engine's clock (ns).
+
+    ``token_ns[i]`` is when token ``i`` was available to the caller; ``prefill_chunk_ns`` holds
+    the end of each prefill chunk (the points where a deadline check or abort can act when layers
+    are on a GPU). ``phases_extra_ns`` carries engine-specific phase totals (grammar, abort,
+    draft, verify) measured inside the engine.
+    """
+
+    started_ns: int
+    tokenized_ns: int | None = None
+    prefill_chunk_ns: list[int] = field(default_factory=list)
+    token_ns: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: StopReason = StopReason.DONE
+    error: str | None = None
+    finished_ns: int | None = None
+    prompt_tokens: int = 0
+    prefix_cache_tokens: int = 0
+    phases_extra_ns: dict[str, int] = field(default_factory=dict)
+    draft: dict[str, Any] | None = None
+
+    @property
+    def tokenize_ns(self) -> int | None:
+        """Time spent tokenizing the prompt."""
+        return None if self.tokenized_ns is None else self.tokenized_ns - self.started_ns
+
+    @property
+    def prefill_ns(self) -> int | None:
+        """Time from tokenized to the last prefill chunk."""
+        if self.tokenized_ns is None or not self.prefill_chunk_ns:
+            return None
+        return self.prefill_chunk_ns[-1] - self.tokenized_ns
+
+    @property
+    def decode_ns(self) -> int | None:
+        """Time from the end of prefill to the last token."""
+        if not self.prefill_chunk_ns or not self.token_ns:
+            return None
+        return self.token_ns[-1] - self.prefill_chunk_ns[-1]
+
+    def phases_ns(self) -> dict[str, int]:
+        """Return the time per phase that ran (tokenize, prefill, decode, and engine extras)."""
+        out = {name: value for name, value in (("tokenize", self.tokenize_ns),
+                                                ("prefill", self.prefill_ns),
+                                                ("decode", self.decode_ns)) if value is not None}
+        out.update(self.phases_extra_ns)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (the stop reason as its string value)."""
+        d = asdict(self)
+        d["stop_reason"] = self.stop_reason.value
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerationTrace:
+        """Rebuild a trace from :meth:`to_dict` (e.g. after crossing a process boundary)."""
+        kwargs = dict(data)
+        kwargs["stop_reason"] = StopReason(kwargs["stop_reason"])
+        return cls(**kwargs)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A batch-1 text generator with per-token timing."""
+
+    name: str
+
+    def generate(self, request: GenerationRequest, *,
+                 abort: AbortSignal | None = None) -> GenerationTrace:
+        """Generate for ``request``; stop early when ``abort`` is set or the deadline passes."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Return the engine's configuration, recorded with every run."""
+        ...
+
+    def close(self) -> None:
+        """Release the model and any other resources (idempotent)."""
+        ...
+
+
+EngineFactory = Callable[..., Engine]
+
+#: Engines by name; each module registers its factory on import.
+ENGINES: dict[str, EngineFactory] = {}
+
+
+def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
+    """Register an engine factory under ``name`` (a decorator)."""
+    def deco(factory: EngineFactory) -> EngineFactory:
+        ENGINES[name] = factory
+        return factory
+    return deco
+
+
+def create_engine(name: str, **options: Any) -> Engine:
+    """Create a registered engine by name.
+
+    Raises:
+        UnknownEngineError: no engine of that name; the message lists the known ones.
+    """
+    from robot_latency import engines as _engines  # noqa: F401  (imports register the engines)
+
+    try:
+        factory = ENGINES[name]
+    except KeyError:
+        known = ", ".join(sorted(ENGINES)) or "none"
+        raise UnknownEngineError(f"unknown engine {name!r}; known engines: {known}") from None
+    return factory(**options)

@@ -1,0 +1,202 @@
+"""The simulated engine: per-step times from the floor model, with jitter, on any device profile.
+
+It predicts what a real engine would do on a device you do not have: each decode step takes the
+bandwidth floor divided by an efficiency factor (llama.cpp reaches ~30-50% of the floor on Orin,
+REFERENCE section 4), times a lognormal jitter, plus rare stalls; a prefill takes the compute floor
+of the uncached prompt tokens divided by a compute efficiency. Deterministic under a seed. Time
+passes through an injected ``sleep``: real sleeping with the real clock, ``clock.advance`` with a
+:class:`~robot_latency.clock.ScriptedClock`, so tests run instantly and exactly.
+
+Its output text is a function of the prompt (``responder``); by default the rule planner's
+reading of the command, so the planner loop sees valid plans of realistic length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
+from robot_latency.engines.base import (
+    AbortSignal,
+    EngineError,
+    GenerationRequest,
+    GenerationTrace,
+    StopReason,
+    register_engine,
+)
+from robot_latency.floor.errors import FloorError
+from robot_latency.floor.hardware import get_device
+from robot_latency.floor.modelinfo import resolve_model
+from robot_latency.floor.predict import predict_floor, prefill_params
+from robot_latency.models.plan import END_TOKEN, PLAN_TOKEN, steps_to_tokens
+from robot_latency.planner.rules import rule_plan
+
+Responder = Callable[[str], list[str]]
+
+
+def rule_responder(prompt: str) -> list[str]:
+    """Return the rule planner's action tokens for the command in ``prompt`` (text before
+    the ``<plan>`` marker, last line), or just ``<end>`` when it reads nothing."""
+    command = prompt.split(PLAN_TOKEN)[0].strip().splitlines()[-1] if prompt.strip() else ""
+    steps = rule_plan(command)
+    return steps_to_tokens(steps) if steps else [END_TOKEN]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What the simulated engine models.
+
+    Args:
+        device: device profile id (``host`` uses the cached probe).
+        model: GGUF path or shape preset.
+        quant: quant type for a preset.
+        efficiency: fraction of the decode bandwidth floor reached (0, 1].
+        compute_efficiency: fraction of peak FLOP/s a prefill reaches (0, 1].
+        jitter_sigma: sigma of the lognormal multiplier on every step (0: none).
+        stall_probability: chance that a step stalls (a page fault, a preempted core).
+        stall_ms: extra time of a stall.
+        overhead_ms: fixed per-step overhead (kernel launches, sampling) added to the floor.
+        tokens_per_word: prompt tokens per whitespace-separated word (no tokenizer here).
+        cached_prefix_tokens: prompt tokens served from the prefix cache (not prefilled).
+        seed: jitter seed.
+    """
+
+    device: str = "orin-nano-8gb"
+    model: str = "qwen2.5-0.5b"
+    quant: str | None = "Q4_K_M"
+    efficiency: float = 0.4
+    compute_efficiency: float = 0.3
+    jitter_sigma: float = 0.05
+    stall_probability: float = 0.0
+    stall_ms: float = 0.0
+    overhead_ms: float = 0.0
+    tokens_per_word: float = 1.3
+    cached_prefix_tokens: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("efficiency", "compute_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise EngineError(f"sim: {name} must be in (0, 1], got {value!r}")
+        if self.jitter_sigma < 0 or self.stall_ms < 0 or self.overhead_ms < 0:
+            raise EngineError("sim: jitter_sigma, stall_ms and overhead_ms must be >= 0")
+        if not 0 <= self.stall_probability <= 1:
+            raise EngineError(f"sim: stall_probability must be in [0, 1], "
+                              f"got {self.stall_probability!r}")
+
+
+class SimEngine:
+    """A batch-1 engine whose timings come from the floor model (see the module docstring)."""
+
+    name = "sim"
+
+    def __init__(self, config: SimConfig | None = None, *, clock: Clock = DEFAULT_CLOCK,
+                 sleep_ns: Callable[[int], Any] | None = None,
+                 responder: Responder = rule_responder) -> None:
+        self.config = config or SimConfig()
+        self.clock = clock
+        if sleep_ns is None:
+            sleep_ns = (clock.advance if isinstance(clock, ScriptedClock)
+                        else (lambda ns: time.sleep(ns / 1e9)))
+        self._sleep_ns = sleep_ns
+        self._responder = responder
+        self._rng = np.random.default_rng(self.config.seed)
+        try:
+            device = get_device(self.config.device)
+            model = resolve_model(self.config.model, quant=self.config.quant)
+            floor = predict_floor(model, device)
+        except FloorError as err:
+            raise EngineError(f"sim: {err}") from err
+        self.device_id = device.id
+        self.model_name = model.name
+        self.step_floor_ns = floor.itl_floor_ms * 1e6
+        self.kv_ns_per_token = model.kv_bytes_per_token / (device.bandwidth_gbps * 1e9) * 1e9
+        peak = device.peak_flops
+        # ns per prompt token at the compute floor (None: device without a FLOP/s figure).
+        self.prefill_ns_per_token = (
+            None if peak is None else 2.0 * prefill_params(model) / peak * 1e9)
+
+    def info(self) -> dict[str, Any]:
+        """Return the configuration and the floor it derives its timings from."""
+        return {"engine": self.name, **asdict(self.config), "device_id": self.device_id,
+                "model_name": self.model_name, "step_floor_ms": self.step_floor_ns / 1e6}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _jitter(self) -> float:
+        if self.config.jitter_sigma == 0:
+            return 1.0
+        return float(self._rng.lognormal(0.0, self.config.jitter_sigma))
+
+    def _step_ns(self, context_tokens: int) -> int:
+        cfg = self.config
+        base = (self.step_floor_ns + self.kv_ns_per_token * context_tokens) / cfg.efficiency
+        ns = base * self._jitter() + cfg.overhead_ms * 1e6
+        if cfg.stall_probability and self._rng.random() < cfg.stall_probability:
+            ns += cfg.stall_ms * 1e6
+        return max(1, int(ns))
+
+    def generate(self, request: GenerationRequest, *,
+                 abort: AbortSignal | None = None) -> GenerationTrace:
+        """Simulate one generation; stops at the deadline, on abort, at <end> or max tokens."""
+        cfg = self.config
+        trace = GenerationTrace(started_ns=self.clock())
+        prompt_tokens = max(1, round(len(request.prompt.split()) * cfg.tokens_per_word))
+        cached = min(cfg.cached_prefix_tokens, prompt_tokens - 1)
+        trace.prompt_tokens, trace.prefix_cache_tokens = prompt_tokens, cached
+        trace.tokenized_ns = self.clock()
+        if self.prefill_ns_per_token is not None:
+            prefill = (prompt_tokens - cached) * self.prefill_ns_per_token
+            self._sleep_ns(int(prefill / cfg.compute_efficiency * self._jitter()))
+        trace.prefill_chunk_ns.append(self.clock())
+        pieces = self._responder(request.prompt)
+        context = prompt_tokens
+        stop = StopReason.MAX_TOKENS
+        for i, piece in enumerate(pieces[: request.max_tokens]):
+            if abort is not None and abort.is_set():
+                stop = StopReason.ABORTED
+                break
+            if request.deadline_ns is not None and self.clock() >= request.deadline_ns:
+                stop = StopReason.DEADLINE
+                break
+            if i > 0:  # the first token comes out of the prefill pass itself
+                step = self._step_ns(context)
+                if (request.deadline_ns is not None
+                        and self.clock() + step > request.deadline_ns):
+                    # Modelled as an abort that lands exactly at the deadline: the simulated
+                    # engine predicts timings; a real engine's abort latency is measured.
+                    self._sleep_ns(request.deadline_ns - self.clock())
+                    stop = StopReason.DEADLINE
+                    break
+                self._sleep_ns(step)
+            trace.token_ns.append(self.clock())
+            trace.tokens.append(i)
+            context += 1
+            if piece == END_TOKEN:
+                stop = StopReason.DONE
+                break
+            trace.text += piece
+        else:
+            if len(pieces) <= request.max_tokens:
+                stop = StopReason.DONE
+        trace.stop_reason = stop
+        trace.finished_ns = self.clock()
+        return trace
+
+
+@register_engine("sim")
+def make_sim_engine(*, clock: Clock = DEFAULT_CLOCK, sleep_ns: Callable[[int], Any] | None = None,
+                    responder: Responder = rule_responder, **options: Any) -> SimEngine:
+    """Create a :class:`SimEngine` from keyword options (the fields of :class:`SimConfig`)."""
+    try:
+        config = SimConfig(**options)
+    except TypeError as err:
+        raise EngineError(f"sim: {err}") from err
+    return SimEngine(config, clock=clock, sleep_ns=sleep_ns, responder=responder)

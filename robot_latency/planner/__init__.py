@@ -1,0 +1,1 @@
+"""The deadline-enforced planner: the cycle loop, fallback policies, prompts. No ROS inside."""

@@ -1,0 +1,320 @@
+"""The deadline-enforced planner loop: every cycle publishes exactly one plan by its deadline.
+
+One cycle::
+
+    scheduled ─► take newest command ─► prompt ─► runner.run(request, give_up at deadline-margin)
+              ─► model plan complete, valid and in time? ── yes ─► publish (source "model")
+              └─ no: fallback chain (rule, hold, stop) ─► publish (source "fallback", reason)
+              ─► CycleRecord written (and flushed) before the next cycle starts
+
+The loop reads one injected clock. Latency counts from the scheduled start, and ticks whose
+deadline passed while an earlier cycle overran are recorded as skipped misses, not dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
+from robot_latency.engines.base import Engine, GenerationRequest, GenerationTrace, StopReason
+from robot_latency.models.plan import (
+    PLAN_TOKEN,
+    PlanParseError,
+    Step,
+    actions_gbnf,
+    expand_to_plan,
+    parse_actions,
+)
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.fallback import FallbackChain, FallbackContext
+from robot_latency.planner.mailbox import InboundCommand, Mailbox
+from robot_latency.records import CycleRecord, RecordError
+
+log = logging.getLogger(__name__)
+
+Publisher = Callable[[dict[str, Any]], None]
+RecordSink = Callable[[CycleRecord], None]
+
+
+def default_prompt(command: str) -> str:
+    """Return the planner prompt for a command: the command, then the plan marker."""
+    return f"{command.strip()}{PLAN_TOKEN}"
+
+
+@dataclass
+class RunOutcome:
+    """What a runner got from the engine for one request."""
+
+    trace: GenerationTrace | None
+    status: str  # "ok", "timeout" (not done by the give-up time), "error", "unavailable"
+    error: str | None = None
+
+
+class Runner(Protocol):
+    """Runs one generation for the loop, giving up at a time the loop chooses."""
+
+    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+class InlineRunner:
+    """Run the engine in the loop's own thread.
+
+    The engine must honour ``request.deadline_ns`` itself (the simulated engine does; llama.cpp
+    does through its abort callback). An engine that raises gives an ``error`` outcome; the loop
+    never sees the exception.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Clock = DEFAULT_CLOCK) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
+        try:
+            trace = self.engine.generate(request)
+        except Exception as err:  # a broken engine must not stop the loop
+            log.warning("engine %s raised: %r", getattr(self.engine, "name", "?"), err)
+            return RunOutcome(None, "error", f"{type(err).__name__}: {err}")
+        if trace.stop_reason is StopReason.ERROR:
+            return RunOutcome(trace, "error", trace.error)
+        if self.clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE,
+                                                             StopReason.ABORTED):
+            return RunOutcome(trace, "timeout")
+        return RunOutcome(trace, "ok")
+
+    def info(self) -> dict[str, Any]:
+        return {"runner": "inline", **self.engine.info()}
+
+
+def _sleep_until_factory(clock: Clock) -> Callable[[int], None]:
+    if isinstance(clock, ScriptedClock):
+        def scripted(target_ns: int) -> None:
+            now = clock.now()
+            if target_ns > now:
+                clock.advance(target_ns - now)
+        return scripted
+
+    def real(target_ns: int) -> None:
+        delay = target_ns - clock()
+        if delay > 0:
+            time.sleep(delay / 1e9)
+    return real
+
+
+class PlannerLoop:
+    """The planner: cycles, deadline enforcement, fallback, records.
+
+    Args:
+        config: the planner configuration.
+        runner: runs the engine (see :class:`InlineRunner`).
+        publish: called with the plan envelope, exactly once per cycle.
+        sink: called with each cycle's record before the next cycle starts.
+        clock: the one clock (ns).
+        prompt: builds the prompt from a command.
+        run_id: identifies this run in every record.
+        floor: floor predictions copied into every record (host and target).
+    """
+
+    def __init__(self, config: PlannerConfig, runner: Runner, *, publish: Publisher,
+                 sink: RecordSink, clock: Clock = DEFAULT_CLOCK,
+                 prompt: Callable[[str], str] = default_prompt, run_id: str | None = None,
+                 floor: dict[str, Any] | None = None,
+                 sleep_until: Callable[[int], None] | None = None) -> None:
+        self.config = config
+        self.runner = runner
+        self.publish = publish
+        self.sink = sink
+        self.clock = clock
+        self.prompt = prompt
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.floor = floor
+        self.sleep_until = sleep_until or _sleep_until_factory(clock)
+        self.mailbox = Mailbox(config.mailbox_capacity)
+        self.fallback = FallbackChain(config.fallback, hold_max_age_ms=config.hold_max_age_ms)
+        self.grammar = actions_gbnf() if config.grammar else None
+        self.cycles_run = 0
+        self.next_cycle = 0  # cycle ids run on across calls of the run_* methods
+        self.sink_errors = 0
+        self._current: InboundCommand | None = None
+        self._last_plan: tuple[Step, ...] | None = None
+        self._last_plan_ns: int | None = None
+
+    # --- one cycle ---------------------------------------------------------------------------
+    def _command_problem(self, text: str) -> str | None:
+        if not text.strip():
+            return "empty command"
+        if len(text) > self.config.max_command_chars:
+            return (f"command of {len(text)} characters exceeds max_command_chars="
+                    f"{self.config.max_command_chars}")
+        if any(ord(c) < 32 and c not in "\t\n\r" for c in text) or "\ufffd" in text:
+            return "command holds control characters or undecodable bytes"
+        return None
+
+    def run_cycle(self, cycle: int, scheduled_ns: int,
+                  command: InboundCommand | None) -> CycleRecord:
+        """Run one cycle for ``command`` (None: nothing to plan) and return its record."""
+        cfg = self.config
+        started = self.clock()
+        deadline = scheduled_ns + cfg.deadline_ns
+        give_up = deadline - cfg.margin_ns
+        rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
+                          deadline_ns=deadline, started_ns=started, mode=cfg.mode,
+                          command_id=command.command_id if command else None,
+                          command_arrival_ns=command.arrival_ns if command else None,
+                          floor=self.floor)
+        rec.phases_ns["queue"] = started - scheduled_ns
+        steps: tuple[Step, ...] | None = None
+        reason: str | None
+        text = command.text if command is not None else None
+        problem = None if text is None else self._command_problem(text)
+        if text is None:
+            reason = "no_command"
+        elif problem is not None:
+            log.warning("cycle %d, command %s: %s; falling back", cycle, rec.command_id, problem)
+            reason = "bad_command"
+            rec.engine_error = problem
+            text = None  # the fallback must not read a bad command either
+        elif started >= give_up:
+            reason = "deadline"  # no time left to ask the model at all
+        else:
+            steps, reason = self._ask_model(rec, text, give_up)
+        if steps is None:
+            t0 = self.clock()
+            policy, steps = self.fallback.answer(FallbackContext(
+                command=text, now_ns=t0, last_plan=self._last_plan,
+                last_plan_ns=self._last_plan_ns))
+            rec.plan_source, rec.fallback_reason, rec.fallback_policy = "fallback", reason, policy
+            rec.phases_ns["fallback"] = self.clock() - t0
+        else:
+            rec.plan_source = "model"
+        plan = expand_to_plan(list(steps))
+        rec.plan = plan
+        published = self.clock()
+        rec.published_ns = published
+        envelope = {
+            "cycle": cycle, "command_id": rec.command_id, "source": rec.plan_source,
+            "fallback_reason": rec.fallback_reason, "plan": plan,
+            "deadline_met": published <= deadline, "e2e_ms": (published - scheduled_ns) / 1e6,
+        }
+        try:
+            self.publish(envelope)
+        except Exception as err:  # a failing publisher is reported, the loop goes on
+            log.error("cycle %d: publish failed: %r", cycle, err)
+            rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
+        rec.phases_ns["publish"] = self.clock() - published
+        if rec.plan_source == "model" or rec.fallback_policy == "rule":
+            self._last_plan, self._last_plan_ns = steps, published
+        self._write(rec)
+        self.cycles_run += 1
+        return rec
+
+    def _ask_model(self, rec: CycleRecord, text: str,
+                   give_up_ns: int) -> tuple[tuple[Step, ...] | None, str | None]:
+        request = GenerationRequest(prompt=self.prompt(text), max_tokens=self.config.max_tokens,
+                                    deadline_ns=give_up_ns, grammar=self.grammar)
+        outcome = self.runner.run(request, give_up_ns=give_up_ns)
+        trace = outcome.trace
+        if trace is not None:
+            self._copy_trace(rec, trace)
+        if outcome.status == "error":
+            rec.engine_error = outcome.error
+            return None, "engine_error"
+        if outcome.status == "unavailable":
+            rec.engine_error = outcome.error
+            return None, "engine_unavailable"
+        if outcome.status == "timeout" or trace is None:
+            return None, "deadline"
+        if trace.stop_reason is not StopReason.DONE:
+            return None, "invalid_output"  # cut off at max_tokens: incomplete
+        try:
+            steps = tuple(parse_actions(trace.text))
+            if not steps:
+                raise PlanParseError("empty plan")
+        except PlanParseError as err:
+            rec.engine_error = f"invalid plan: {err}"
+            return None, "invalid_output"
+        return steps, None
+
+    @staticmethod
+    def _copy_trace(rec: CycleRecord, trace: GenerationTrace) -> None:
+        rec.token_ns = [t for t in trace.token_ns if t >= rec.scheduled_ns]
+        rec.tokens_in = trace.prompt_tokens
+        rec.prefix_cache_tokens = trace.prefix_cache_tokens
+        rec.stop_reason = trace.stop_reason.value
+        rec.raw_output = trace.text
+        rec.draft = trace.draft
+        rec.phases_ns.update(trace.phases_ns())
+
+    def _write(self, rec: CycleRecord) -> None:
+        try:
+            self.sink(rec)
+        except (RecordError, OSError) as err:  # reported, never fatal to the loop
+            self.sink_errors += 1
+            log.error("cycle %d: record not written: %s", rec.cycle, err)
+
+    def _skipped(self, cycle: int, scheduled_ns: int, command_id: str | None = None) -> None:
+        rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
+                          deadline_ns=scheduled_ns + self.config.deadline_ns, skipped=True,
+                          plan_source="none", fallback_reason="skipped", mode=self.config.mode,
+                          command_id=command_id, floor=self.floor)
+        self._write(rec)
+
+    # --- driving loops ----------------------------------------------------------------------
+    def submit(self, command: InboundCommand) -> None:
+        """Hand a command to the loop (thread-safe; newest wins)."""
+        self.mailbox.put(command)
+
+    def run_periodic(self, n_cycles: int, *, start_ns: int | None = None,
+                     feed: Callable[[int], None] | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> int:
+        """Run ``n_cycles`` ticks (skipped ones included); return how many were recorded.
+
+        ``feed(now_ns)`` is called before each cycle to deliver commands that have arrived by
+        then (a replayed stream); live sources call :meth:`submit` from their own thread.
+        """
+        period = self.config.period_ns
+        t0 = self.clock() if start_ns is None else start_ns
+        n = 0
+        while n < n_cycles and not (should_stop and should_stop()):
+            scheduled = t0 + n * period
+            self.sleep_until(scheduled)
+            if feed is not None:
+                feed(self.clock())
+            newest = self.mailbox.take()
+            if newest is not None:
+                self._current = newest
+            self.run_cycle(self._take_cycle_id(), scheduled, self._current)
+            n += 1
+            # Ticks whose deadline passed while this cycle overran are misses, not gaps.
+            now = self.clock()
+            while n < n_cycles and t0 + n * period + self.config.deadline_ns <= now:
+                self._skipped(self._take_cycle_id(), t0 + n * period)
+                n += 1
+        return n
+
+    def _take_cycle_id(self) -> int:
+        cycle = self.next_cycle
+        self.next_cycle += 1
+        return cycle
+
+    def run_events(self, commands: Iterable[InboundCommand]) -> int:
+        """Event mode: each command starts a cycle at its arrival (commands in arrival order).
+
+        A command whose deadline passed before the loop was free is recorded as a skipped miss.
+        Returns the number of cycles recorded.
+        """
+        n = 0
+        for command in commands:
+            self.sleep_until(command.arrival_ns)
+            if self.clock() >= command.arrival_ns + self.config.deadline_ns:
+                self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id)
+            else:
+                self.run_cycle(self._take_cycle_id(), command.arrival_ns, command)
+            n += 1
+        return n

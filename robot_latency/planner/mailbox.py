@@ -1,0 +1,69 @@
+"""The bounded command mailbox between command sources and the planner loop: newest wins."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InboundCommand:
+    """A command as it arrived: its id, text and arrival time (ns, the loop's clock)."""
+
+    command_id: str
+    text: str
+    arrival_ns: int
+
+
+class Mailbox:
+    """A bounded, thread-safe mailbox where the newest command wins.
+
+    ``put`` never blocks: when full, the oldest waiting command is dropped and counted. ``take``
+    returns the newest command and discards the older ones still waiting (counted as
+    superseded): a planner that fell behind plans for what the operator said last, not first.
+    Memory stays bounded whatever the arrival rate.
+    """
+
+    def __init__(self, capacity: int = 16) -> None:
+        if capacity < 1:
+            raise ValueError(f"mailbox capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._items: collections.deque[InboundCommand] = collections.deque()
+        self._lock = threading.Lock()
+        self.received = 0
+        self.dropped = 0      # pushed out by a full mailbox
+        self.superseded = 0   # replaced by a newer command before the loop took it
+
+    def put(self, command: InboundCommand) -> None:
+        """Add a command; if full, drop the oldest waiting one (counted and logged)."""
+        with self._lock:
+            self.received += 1
+            if len(self._items) >= self.capacity:
+                old = self._items.popleft()
+                self.dropped += 1
+                log.debug("mailbox full (%d): dropped command %s", self.capacity, old.command_id)
+            self._items.append(command)
+
+    def take(self) -> InboundCommand | None:
+        """Return the newest waiting command (older ones are superseded), or None if empty."""
+        with self._lock:
+            if not self._items:
+                return None
+            newest = self._items.pop()
+            self.superseded += len(self._items)
+            self._items.clear()
+            return newest
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def counters(self) -> dict[str, int]:
+        """Return received, dropped and superseded counts."""
+        with self._lock:
+            return {"received": self.received, "dropped": self.dropped,
+                    "superseded": self.superseded}

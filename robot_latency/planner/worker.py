@@ -1,0 +1,264 @@
+"""Run the engine in a worker process, so neither the GIL nor a crash in the engine holds the loop.
+
+The loop's thread only waits on a pipe with a timeout: whatever the engine does (computes past
+the deadline, raises, hangs, is killed), the loop wakes at its give-up time and answers with a
+fallback. Clock: the worker stamps its trace with ``time.perf_counter_ns``, which on Linux reads
+CLOCK_MONOTONIC, the same system-wide clock the loop reads, so timestamps compare across the two
+processes.
+
+Thread and core budget: the worker's engine uses ``n_threads`` cores; leave one core to the loop
+(REFERENCE section 8: a waiting thread woke 3.9 ms late at p99 with llama.cpp on both cores,
+0.29 ms with one core left free).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
+from robot_latency.planner.loop import RunOutcome
+
+log = logging.getLogger(__name__)
+
+
+def _worker_main(conn: Connection, abort: Any, engine_name: str,
+                 options: dict[str, Any]) -> None:
+    """Create the engine, then answer requests until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
+    from robot_latency.engines.base import create_engine
+
+    try:
+        engine = create_engine(engine_name, **options)
+    except Exception as err:
+        conn.send(("load_error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", engine.info()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        seq, request = msg
+        try:
+            trace = engine.generate(request, abort=abort)
+            conn.send(("trace", seq, trace.to_dict()))
+        except Exception as err:
+            conn.send(("error", seq, f"{type(err).__name__}: {err}"))
+    engine.close()
+
+
+class ProcessRunner:
+    """Run generations in a worker process; restart it when it hangs or dies.
+
+    Args:
+        engine_name: registered engine name, created inside the worker.
+        options: keyword options for the engine (picklable).
+        hang_timeout_ms: a generation still running this long after its give-up time is hung:
+            the worker is killed and restarted.
+        load_timeout_s: how long the worker may take to load the model.
+        clock: the loop's clock (must be ``time.perf_counter_ns``-compatible across processes).
+    """
+
+    def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
+                 hang_timeout_ms: float = 1000.0, load_timeout_s: float = 120.0,
+                 clock: Clock = DEFAULT_CLOCK) -> None:
+        self.engine_name = engine_name
+        self.options = dict(options or {})
+        self.hang_timeout_ns = int(hang_timeout_ms * 1e6)
+        self.load_timeout_s = load_timeout_s
+        self.clock = clock
+        self._ctx = mp.get_context("spawn")  # no fork of the loop's threads or a loaded model
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._abort: Any = None
+        self._seq = 0
+        self._busy_seq: int | None = None   # request still running in the worker
+        self._busy_give_up_ns = 0
+        self.engine_info: dict[str, Any] = {}
+        self.restarts = 0
+        self.load_error: str | None = None
+        self.events: list[tuple[int, str]] = []  # (ns, what happened), for the run's record
+        self._loading = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker and wait until its engine is loaded (blocking: before the loop runs).
+
+        Raises:
+            RuntimeError: the engine could not be loaded (the message is the engine's error).
+        """
+        self._launch()
+        assert self._conn is not None
+        if not self._conn.poll(self.load_timeout_s):
+            self._stop_worker(polite=False)
+            raise RuntimeError(f"engine {self.engine_name!r} did not load within "
+                               f"{self.load_timeout_s} s")
+        if not self._collect_ready():
+            raise RuntimeError(self.load_error or f"engine {self.engine_name!r} failed to load")
+
+    def _launch(self) -> None:
+        """Start a worker process without waiting for it to load."""
+        self._stop_worker(polite=False)
+        parent, child = self._ctx.Pipe()
+        self._abort = self._ctx.Event()
+        self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
+                                       args=(child, self._abort, self.engine_name,
+                                             self.options), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self._busy_seq = None
+        self._loading = True
+
+    def _collect_ready(self) -> bool:
+        """Read the worker's load answer; True when the engine is ready."""
+        assert self._conn is not None
+        try:
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError):
+            self.load_error = f"engine {self.engine_name!r} worker died while loading"
+            self._stop_worker(polite=False)
+            return False
+        if kind != "ready":
+            self.load_error = payload
+            self._stop_worker(polite=False)
+            return False
+        self.engine_info = payload
+        self._loading = False
+        return True
+
+    def close(self) -> None:
+        """Stop the worker (idempotent)."""
+        self._stop_worker()
+
+    def __enter__(self) -> ProcessRunner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stop_worker(self, *, polite: bool = True) -> None:
+        """End the worker: ask it to exit (polite) or kill it at once (hung, dead, restart)."""
+        if polite and self._conn is not None and not self._loading:
+            try:
+                self._conn.send(None)
+            except (OSError, ValueError):
+                pass
+        if self._proc is not None:
+            if polite:
+                self._proc.join(timeout=0.5)
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+    def _restart(self, why: str) -> None:
+        """Kill the worker and launch a new one; the loop does not wait for it to load."""
+        self.events.append((self.clock(), why))
+        log.warning("engine worker: %s; restarting", why)
+        self.restarts += 1
+        self._launch()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None when not running)."""
+        return None if self._proc is None else self._proc.pid
+
+    def info(self) -> dict[str, Any]:
+        return {"runner": "process", "hang_timeout_ms": self.hang_timeout_ns / 1e6,
+                "restarts": self.restarts, **self.engine_info}
+
+    # --- one generation ---------------------------------------------------------------------
+    def _drain_late(self) -> None:
+        """Collect the late answer of an earlier request, or restart a hung or dead worker."""
+        if self._busy_seq is None:
+            return
+        assert self._conn is not None
+        try:
+            while self._conn.poll(0):
+                msg = self._conn.recv()
+                if msg[0] in ("trace", "error") and msg[1] == self._busy_seq:
+                    self._busy_seq = None
+                    return
+        except (EOFError, OSError):
+            self._restart("worker died")
+            return
+        if not self._proc.is_alive():
+            self._restart(f"worker died (exit code {self._proc.exitcode})")
+        elif self.clock() - self._busy_give_up_ns > self.hang_timeout_ns:
+            self._restart("worker hung past the watchdog")
+
+    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
+        """Send ``request`` to the worker; wait at most until ``give_up_ns``."""
+        if self._proc is None or self._conn is None:
+            self._restart("no worker")
+        assert self._proc is not None and self._conn is not None
+        if self._loading:
+            # A restarted worker loads in the background; cycles fall back meanwhile.
+            if not self._proc.is_alive():
+                self._restart(f"worker died while loading (exit code {self._proc.exitcode})")
+                return RunOutcome(None, "unavailable", "engine worker restarting")
+            if not self._conn.poll(0):
+                return RunOutcome(None, "unavailable", "engine loading after a restart")
+            if not self._collect_ready():
+                return RunOutcome(None, "unavailable", self.load_error)
+        elif not self._proc.is_alive():
+            self._restart(f"worker died (exit code {self._proc.exitcode})")
+            return RunOutcome(None, "unavailable", "engine worker died; restarting")
+        self._drain_late()
+        if self._busy_seq is not None:
+            return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle")
+        if self._loading or self._proc is None or self._conn is None:
+            return RunOutcome(None, "unavailable", "engine restarting")
+        self._abort.clear()
+        self._seq += 1
+        seq = self._seq
+        try:
+            self._conn.send((seq, request))
+        except (OSError, ValueError) as err:
+            self._restart(f"worker pipe broken: {err}")
+            return RunOutcome(None, "unavailable", "engine worker was restarted")
+        while True:
+            timeout_s = max(0.0, (give_up_ns - self.clock()) / 1e9)
+            try:
+                ready = self._conn.poll(timeout_s)
+                msg = self._conn.recv() if ready else None
+            except (EOFError, OSError):
+                code = self._proc.exitcode if self._proc is not None else None
+                self._restart(f"worker died mid-generation (exit code {code})")
+                return RunOutcome(None, "error", f"engine worker died (exit code {code})")
+            if msg is None:
+                # Not done in time: ask the engine to stop, keep the slot busy until it answers.
+                self._abort.set()
+                self._busy_seq, self._busy_give_up_ns = seq, give_up_ns
+                return RunOutcome(None, "timeout")
+            kind, got_seq, payload = msg
+            if got_seq != seq:
+                continue  # a stale answer from an aborted request
+            if kind == "error":
+                return RunOutcome(None, "error", payload)
+            trace = GenerationTrace.from_dict(payload)
+            if trace.stop_reason is StopReason.ERROR:
+                return RunOutcome(trace, "error", trace.error)
+            if self.clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE,
+                                                                 StopReason.ABORTED):
+                return RunOutcome(trace, "timeout")
+            return RunOutcome(trace, "ok")
+
+    def kill_worker(self) -> None:
+        """SIGKILL the worker (for fault drills); the next cycle notices and restarts it."""
+        if self._proc is not None and self._proc.pid is not None:
+            os.kill(self._proc.pid, signal.SIGKILL)
+            time.sleep(0)  # let the signal land before the caller goes on

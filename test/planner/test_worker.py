@@ -1,0 +1,77 @@
+"""The engine in a worker process: the loop answers every cycle whatever the engine does.
+
+Real processes and the real clock; assertions are on behaviour (what was published and recorded),
+never on how fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.loop import PlannerLoop
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.worker import ProcessRunner
+from robot_latency.records import CycleRecord
+
+CUP = "pick up the red cup and put it on the tray"
+FAST = {"device": "orin-agx-64gb", "jitter_sigma": 0.0}
+# A prefill at a millionth of peak compute: minutes long and uninterruptible, like a stuck GPU
+# kernel. The watchdog must kill it.
+STUCK = {"device": "orin-nano-4gb", "compute_efficiency": 1e-6}
+
+
+def _loop(runner: ProcessRunner, **cfg: object) -> tuple[PlannerLoop, list[dict],
+                                                         list[CycleRecord]]:
+    plans: list[dict] = []
+    records: list[CycleRecord] = []
+    loop = PlannerLoop(PlannerConfig(**{"period_ms": 150, "deadline_ms": 100,
+                                        "publish_margin_ms": 5, **cfg}),
+                       runner, publish=plans.append, sink=records.append)
+    loop.submit(InboundCommand("c0", CUP, loop.clock()))
+    return loop, plans, records
+
+
+def test_model_plans_through_the_worker() -> None:
+    with ProcessRunner("sim", FAST) as runner:
+        loop, plans, records = _loop(runner)
+        loop.run_periodic(4)
+    assert len(plans) == 4 and len(records) == 4
+    assert sum(r.plan_source == "model" for r in records) >= 2  # noisy machine: most, not all
+    model = next(r for r in records if r.plan_source == "model")
+    assert model.e2e_ns == model.ttft_ns + sum(model.itl_ns)
+    assert model.plan["steps"][1]["target"] == "tray"
+
+
+def test_stuck_engine_is_killed_and_restarted_loop_keeps_answering() -> None:
+    with ProcessRunner("sim", STUCK, hang_timeout_ms=200) as runner:
+        loop, plans, records = _loop(runner)
+        loop.run_periodic(6)
+        restarts = runner.restarts
+    assert len(plans) == 6  # every tick answered
+    assert all(r.plan_source == "fallback" for r in records)
+    assert records[0].fallback_reason == "deadline"
+    assert restarts >= 1
+    assert any(r.fallback_reason == "engine_unavailable" for r in records)
+    assert all(p["plan"]["steps"] for p in plans)
+
+
+def test_killed_worker_is_restarted_and_the_model_answers_again() -> None:
+    with ProcessRunner("sim", FAST) as runner:
+        loop, plans, records = _loop(runner, period_ms=300, deadline_ms=250)
+        loop.run_periodic(2)
+        first_pid = runner.pid
+        runner.kill_worker()
+        loop.run_periodic(6)
+        assert runner.restarts == 1 and runner.pid != first_pid
+        assert runner.events and "died" in runner.events[0][1]
+    assert len(plans) == 8
+    assert [r.cycle for r in records] == list(range(8))
+    assert any(r.plan_source == "model" for r in records[3:])
+
+
+def test_engine_that_cannot_load_is_a_clear_error() -> None:
+    runner = ProcessRunner("sim", {"device": "orin-xyz"})
+    with pytest.raises(RuntimeError, match="orin-xyz"):
+        runner.start()
+    runner.close()

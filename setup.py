@@ -13,6 +13,7 @@ INSTALL_REQUIRES = [
     "PyYAML>=5.4",
     "gguf>=0.10",
     "rosbags>=0.10",
+    "matplotlib>=3.5",
 ]
 
 EXTRAS = {

@@ -30,8 +30,11 @@ from robot_latency.floor.modelinfo import (
     resolve_model,
 )
 from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_estimate
+from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.session import RunError
 from robot_latency.records import RecordError, read_records
 from robot_latency.report.summary import summarize, write_summary
+from robot_latency.streams import StreamError
 
 log = logging.getLogger("robot_latency.cli")
 
@@ -260,6 +263,84 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Turn --engine-opt KEY=VALUE pairs into typed options (int, float, bool or str)."""
+    opts: dict[str, Any] = {}
+    for item in args.engine_opt or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--engine-opt {item!r}: expected KEY=VALUE")
+        value: Any = raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        opts[key.replace("-", "_")] = value
+    return opts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from robot_latency.planner.replay import replay
+    from robot_latency.planner.session import PlannerRun, RunConfig
+    from robot_latency.streams import read_stream
+
+    stream = read_stream(args.stream, topic=args.topic,
+                         on_bad_line="skip" if args.skip_bad_lines else "error")
+    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+                            mode=args.mode, max_tokens=args.max_tokens,
+                            fallback=tuple(f.strip() for f in args.fallback.split(",")),
+                            publish_margin_ms=args.publish_margin_ms)
+    options = _engine_options(args)
+    if args.engine == "sim":
+        # The simulated engine predicts the target device: it runs "on" it.
+        options = {"device": args.device, "model": args.model or "qwen2.5-0.5b",
+                   "quant": args.quant if args.quant else "Q4_K_M", **options}
+        host_device = args.device
+    else:
+        if args.model:
+            options.setdefault("model_path", args.model)
+        host_device = "host"
+    model = args.model or options.get("model") or options.get("model_path")
+    quant = options.get("quant") if args.engine == "sim" else args.quant
+    config = RunConfig(planner=planner, log_dir=Path(args.out), engine=args.engine,
+                       engine_options=options, runner=args.runner, model=model, quant=quant,
+                       host_device=host_device, target_device=args.device,
+                       label=args.label or f"{args.engine} {Path(str(model)).name} "
+                                           f"{quant or ''}".strip(),
+                       extra={"stream": {"path": str(args.stream), "name": stream.name,
+                                         "topic": stream.topic,
+                                         "commands": len(stream.commands),
+                                         "skipped_lines": list(stream.skipped_lines)},
+                              "replay": {"mode": "asap" if args.asap else "recorded",
+                                         "speed": None if args.asap else args.speed}})
+    with PlannerRun(config, publish=lambda envelope: None) as run:
+        cycles = replay(run.loop, stream, speed=args.speed, asap=args.asap)
+        summary = run.close()
+    log.info("%d cycles recorded in %s", cycles, args.out)
+    if args.json:
+        _emit_json(summary)
+        return 0
+    ci = summary["deadline_miss_rate_ci95"]
+    _out(f"run {args.out}: {summary['cycles']} cycles"
+         + (" (as fast as possible: no arrival process, no queueing measured)"
+            if args.asap else f" (recorded pace x{args.speed:g})"))
+    if summary["cycles"]:
+        _out(f"deadline misses {summary['deadline_misses']} "
+             f"({100 * summary['deadline_miss_rate']:.2f}%, 95% CI "
+             f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}%), fallbacks {summary['fallbacks']}")
+    rows = [[m, str(summary[m]["n"])] + ["-" if summary[m][k] is None else f"{summary[m][k]:.2f}"
+                                         for k in ("p50", "p90", "p99", "max")]
+            for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
+    _out(_table(["metric", "n", "p50", "p90", "p99", "max"], rows))
+    for w in summary["warnings"]:
+        _out(f"warning: {w}")
+    return 0
+
+
 # --- parser ---------------------------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -362,6 +443,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_specdec)
 
+    p = sub.add_parser(
+        "run", help="replay a command stream through the planner; write a run directory",
+        description="Replays a rosbag2 bag, a bare .mcap or a JSONL stream through the "
+                    "deadline-enforced planner at the recorded pace (or --asap) and writes "
+                    "OUT/cycles.jsonl, OUT/summary.json and OUT/manifest.json.")
+    p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
+    p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="JSONL: skip bad lines (reported) instead of stopping")
+    p.add_argument("--engine", default="sim", help="engine name (sim, llamacpp, onnx)")
+    p.add_argument("--model", default=None, help="GGUF path, or a preset for the sim engine")
+    p.add_argument("--quant", default=None, help="quant type of a preset")
+    p.add_argument("--device", default="orin-nano-8gb",
+                   help="target device profile (the sim engine simulates it)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
+                   help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
+    p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--deadline-ms", type=float, default=150.0)
+    p.add_argument("--period-ms", type=float, default=200.0)
+    p.add_argument("--publish-margin-ms", type=float, default=2.0)
+    p.add_argument("--mode", default="periodic", choices=("periodic", "event"))
+    p.add_argument("--max-tokens", type=_positive_int, default=24)
+    p.add_argument("--fallback", default="rule,hold,stop", help="fallback chain, in order")
+    p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
+    p.add_argument("--asap", action="store_true",
+                   help="ignore recorded times: one cycle per command, back to back")
+    p.add_argument("--label", default=None, help="name of this configuration in comparisons")
+    p.add_argument("--out", required=True, help="run directory to create")
+    p.add_argument("--json", action="store_true", help="print summary.json")
+    p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")
     p.add_argument("cycles", help="path to a cycles.jsonl")
     p.add_argument("--out", default=None, help="write summary.json here")
@@ -377,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args))
-    except (UsageError, FloorError, RecordError) as err:
+    except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

@@ -147,6 +147,9 @@ class SimEngine:
                  abort: AbortSignal | None = None) -> GenerationTrace:
         """Simulate one generation; stops at the deadline, on abort, at <end> or max tokens."""
         cfg = self.config
+        # The output is decided up front, outside the timed path: the responder stands in for
+        # the model's arithmetic, whose time the floor model supplies.
+        pieces = self._responder(request.prompt)
         trace = GenerationTrace(started_ns=self.clock())
         prompt_tokens = max(1, round(len(request.prompt.split()) * cfg.tokens_per_word))
         cached = min(cfg.cached_prefix_tokens, prompt_tokens - 1)
@@ -156,7 +159,6 @@ class SimEngine:
             prefill = (prompt_tokens - cached) * self.prefill_ns_per_token
             self._sleep_ns(int(prefill / cfg.compute_efficiency * self._jitter()))
         trace.prefill_chunk_ns.append(self.clock())
-        pieces = self._responder(request.prompt)
         context = prompt_tokens
         stop = StopReason.MAX_TOKENS
         for i, piece in enumerate(pieces[: request.max_tokens]):

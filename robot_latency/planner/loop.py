@@ -142,6 +142,7 @@ class PlannerLoop:
         self.next_cycle = 0  # cycle ids run on across calls of the run_* methods
         self.sink_errors = 0
         self._current: InboundCommand | None = None
+        self._last_command_id: str | None = None
         self._last_plan: tuple[Step, ...] | None = None
         self._last_plan_ns: int | None = None
 
@@ -163,11 +164,16 @@ class PlannerLoop:
         started = self.clock()
         deadline = scheduled_ns + cfg.deadline_ns
         give_up = deadline - cfg.margin_ns
+        # Reaction latency belongs to the first cycle that plans a command; later ticks that
+        # re-plan the same command (periodic mode) are not reactions to it.
+        first_for_command = command is not None and command.command_id != self._last_command_id
         rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
                           deadline_ns=deadline, started_ns=started, mode=cfg.mode,
                           command_id=command.command_id if command else None,
-                          command_arrival_ns=command.arrival_ns if command else None,
+                          command_arrival_ns=command.arrival_ns if first_for_command else None,
                           floor=self.floor)
+        if command is not None:
+            self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
         steps: tuple[Step, ...] | None = None
         reason: str | None

@@ -24,58 +24,64 @@ _ACTION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _SLOW = ("slow", "slowly", "carefully", "gently")
 _FAST = ("fast", "quickly", "quick", "hurry", "asap")
-_CLAUSE_SPLIT = re.compile(r"\b(?:and then|then|and|after that|,)\b|[,;.]")
+_STOP_WORDS = ("stop", "halt", "freeze", "abort")
+_CLAUSE_SPLIT = re.compile(r"\b(?:and then|then|and|after that)\b")
 _WORD = re.compile(r"[a-z]+")
 
-# Location phrases as a person says them ("charging dock" for charging_dock).
-_LOCATION_PHRASES = tuple(sorted(((loc.replace("_", " "), loc) for loc in LOCATIONS),
-                                 key=lambda p: -len(p[0])))
+
+def _any_of(words: tuple[str, ...] | list[str], *, plural: bool = False) -> re.Pattern[str]:
+    """Compile one alternation (longest first, so "charging dock" beats "dock")."""
+    alts = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    return re.compile(rf"\b({alts}){'s?' if plural else ''}\b")
 
 
-def _has(text: str, phrase: str) -> bool:
-    return re.search(rf"\b{re.escape(phrase)}\b", text) is not None
+# Every pattern is compiled once, at import: a command costs a handful of regex scans.
+_ACTION_RES = tuple((action, _any_of(list(words))) for action, words in _ACTION_WORDS)
+_OBJECT_RE = _any_of(list(OBJECTS), plural=True)
+_COLOR_RE = _any_of(list(COLORS))
+_LOCATION_NAMES = {loc.replace("_", " "): loc for loc in LOCATIONS}
+_LOCATION_RE = _any_of(list(_LOCATION_NAMES))
+_OPERATOR_RE = re.compile(r"\b(?:me|here)\b")
+_SLOW_RE, _FAST_RE, _STOP_RE = _any_of(_SLOW), _any_of(_FAST), _any_of(_STOP_WORDS)
+_BRING_RE = re.compile(r"\bbring\b")
+_DEST_RE = re.compile(r"\b(?:to|on|onto|into|in)\b(.*)")
+_TO_ME_RE = re.compile(r"\b(?:bring|give|hand) me\b")
 
 
-def _first(text: str, names: tuple[str, ...]) -> str | None:
-    """Return the name mentioned earliest in ``text`` (plural 's' allowed), or None."""
-    best: tuple[int, str] | None = None
-    for name in names:
-        m = re.search(rf"\b{re.escape(name)}s?\b", text)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), name)
-    return None if best is None else best[1]
+def _first(text: str, pattern: re.Pattern[str]) -> str | None:
+    """Return the vocabulary word mentioned earliest in ``text``, or None."""
+    m = pattern.search(text)
+    return None if m is None else m.group(1)
 
 
 def _location(text: str) -> str | None:
-    for phrase, loc in _LOCATION_PHRASES:
-        if _has(text, phrase):
-            return loc
-    if _has(text, "me") or _has(text, "here"):
-        return "operator"
-    return None
+    m = _LOCATION_RE.search(text)
+    if m is not None:
+        return _LOCATION_NAMES[m.group(1)]
+    return "operator" if _OPERATOR_RE.search(text) else None
 
 
 def _destination(clause: str) -> str | None:
     """Return the location a clause sends something to ("... to the tray", "bring me ...")."""
-    m = re.search(r"\b(?:to|on|onto|into|in)\b(.*)", clause)
+    m = _DEST_RE.search(clause)
     if m is not None:
         loc = _location(m.group(1))
         if loc is not None:
             return loc
-    return "operator" if re.search(r"\b(?:bring|give|hand) me\b", clause) else None
+    return "operator" if _TO_ME_RE.search(clause) else None
 
 
 def _speed(text: str) -> str:
-    if any(_has(text, w) for w in _SLOW):
+    if _SLOW_RE.search(text):
         return "slow"
-    if any(_has(text, w) for w in _FAST):
+    if _FAST_RE.search(text):
         return "fast"
     return "normal"
 
 
 def _clause_steps(clause: str, speed: str) -> list[Step]:
-    action = next((a for a, words in _ACTION_WORDS if any(_has(clause, w) for w in words)), None)
-    obj, color, loc = _first(clause, OBJECTS), _first(clause, COLORS), _location(clause)
+    action = next((a for a, pattern in _ACTION_RES if pattern.search(clause)), None)
+    obj, color, loc = _first(clause, _OBJECT_RE), _first(clause, _COLOR_RE), _location(clause)
     if action is None:
         # "the red cup to the tray" style fragments: infer from what is named.
         action = "pick" if obj else ("goto" if loc else None)
@@ -92,7 +98,7 @@ def _clause_steps(clause: str, speed: str) -> list[Step]:
             dest = _destination(clause)
             if dest is not None and dest != "operator":
                 steps.append(Step("place", target=dest, speed=speed))
-            elif dest == "operator" or _has(clause, "bring"):
+            elif dest == "operator" or _BRING_RE.search(clause):
                 steps.append(Step("give", speed=speed))
         return steps
     if action in ("place", "goto"):
@@ -112,7 +118,7 @@ def rule_plan(command: str) -> list[Step] | None:
     if not text:
         return None
     # A stop anywhere in the command wins: it is the safety-relevant reading.
-    if any(_has(text, w) for w in ("stop", "halt", "freeze", "abort")):
+    if _STOP_RE.search(text):
         return [Step("stop")]
     speed = _speed(text)
     steps: list[Step] = []

@@ -1,0 +1,300 @@
+"""One planner run, assembled: runner, loop, cycle log, floor predictions, manifest and summary.
+
+Both front ends use it: the ``robot-latency run`` command (offline replay) and the ROS 2 node.
+A run directory holds::
+
+    cycles.jsonl    one CycleRecord per cycle, flushed as it is written
+    manifest.json   versions, config, engine, model (sha256), devices, host facts
+    summary.json    written at close from what cycles.jsonl holds (so the two always agree)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from robot_latency import __version__
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines.base import EngineError, create_engine
+from robot_latency.floor.errors import FloorError
+from robot_latency.floor.hardware import HardwareProfile, get_device
+from robot_latency.floor.modelinfo import ModelProfile, resolve_model
+from robot_latency.floor.predict import predict_floor
+from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Runner
+from robot_latency.planner.worker import ProcessRunner
+from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
+from robot_latency.report.summary import summarize, write_summary
+
+log = logging.getLogger(__name__)
+
+RUNNERS = ("process", "inline")
+
+
+class RunError(Exception):
+    """A run that cannot start (bad log directory, model, engine); the message names it."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs besides its command source.
+
+    Args:
+        planner: the loop's configuration.
+        engine: registered engine name.
+        engine_options: keyword options for the engine (picklable: sent to the worker).
+        runner: ``process`` (engine in a worker process: the loop cannot be held by it) or
+            ``inline`` (same thread; for the simulated engine under a scripted clock).
+        model: GGUF path or shape preset the floor predictions are made for (None: none).
+        quant: quant type when ``model`` is a preset.
+        host_device: profile id of the machine running the engine (``host`` = probed).
+        target_device: the device to predict for (e.g. ``orin-nano-8gb``).
+        log_dir: the run directory.
+        label: a short name for comparisons (e.g. ``Q4_K_M``).
+        hang_timeout_ms: watchdog for a generation still running past its give-up time.
+        fsync: fsync the cycle log after every record (survives power loss; costs time).
+        extra: anything else to record in the manifest (e.g. the stream replayed).
+    """
+
+    planner: PlannerConfig
+    log_dir: Path
+    engine: str = "sim"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    runner: str = "process"
+    model: str | None = None
+    quant: str | None = None
+    host_device: str = "host"
+    target_device: str = "orin-nano-8gb"
+    label: str | None = None
+    hang_timeout_ms: float = 1000.0
+    fsync: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise ConfigError(f"runner={self.runner!r}: must be one of {RUNNERS}")
+        if self.hang_timeout_ms <= 0:
+            raise ConfigError(f"hang_timeout_ms={self.hang_timeout_ms!r}: must be > 0")
+
+
+def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
+    """Return the hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(chunk_bytes):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _package_versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"robot_latency": __version__}
+    for name in ("llama-cpp-python", "onnxruntime-gpu", "onnxruntime", "numpy", "gguf",
+                 "rosbags", "ros-kilted-rclpy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def host_facts() -> dict[str, Any]:
+    """Return what the manifest records about the machine."""
+    return {
+        "hostname": platform.node(),
+        "machine": platform.machine(),
+        "system": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+    }
+
+
+class FloorPredictor:
+    """Per-cycle floor predictions for the host and the target device (a few µs each)."""
+
+    def __init__(self, model: ModelProfile, host: HardwareProfile,
+                 target: HardwareProfile) -> None:
+        self.model, self.host, self.target = model, host, target
+
+    def predict(self, tokens_in: int | None) -> dict[str, Any]:
+        """Return {"host": {...}, "target": {...}} at this cycle's prompt length."""
+        out: dict[str, Any] = {}
+        for key, device in (("host", self.host), ("target", self.target)):
+            ctx = tokens_in or 0
+            p = predict_floor(self.model, device, context_tokens=ctx,
+                              prompt_tokens=ctx if device.peak_flops and ctx else None)
+            out[key] = {"device_id": device.id, "itl_floor_ms": p.itl_floor_ms,
+                        "prefill_floor_ms": p.prefill_floor_ms}
+        return out
+
+    def manifest(self) -> dict[str, Any]:
+        """Return the weights-only floors for the manifest."""
+        return {key: predict_floor(self.model, d).to_dict()
+                for key, d in (("host", self.host), ("target", self.target))}
+
+
+class PlannerRun:
+    """A planner run writing to a run directory (a context manager).
+
+    Raises:
+        RunError: at start-up, for a log directory that cannot be written, a model or device
+            that cannot be read, or an engine that cannot load.
+    """
+
+    def __init__(self, config: RunConfig, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
+                 sleep_until: Callable[[int], None] | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.log_dir = Path(config.log_dir)
+        self._check_log_dir()
+        self.floor = self._make_floor()
+        self.runner = self._make_runner()
+        self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
+        self.telemetry = self._make_telemetry()
+        self.loop = PlannerLoop(config.planner, self.runner, publish=publish, sink=self._write,
+                                clock=clock, sleep_until=sleep_until,
+                                run_id=self.log_dir.name + "-" + str(os.getpid()))
+        self.started_wall = time.time()
+        self.closed = False
+        self._write_manifest(status="running")
+
+    # --- set-up ------------------------------------------------------------------------------
+    def _check_log_dir(self) -> None:
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.log_dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise RunError(f"log directory {self.log_dir} is not writable: "
+                           f"{err.strerror or err}") from err
+        if (self.log_dir / "cycles.jsonl").exists():
+            raise RunError(f"log directory {self.log_dir} already holds a run "
+                           "(cycles.jsonl); choose a new directory")
+
+    def _make_floor(self) -> FloorPredictor | None:
+        cfg = self.config
+        if cfg.model is None:
+            return None
+        try:
+            model = resolve_model(cfg.model, quant=cfg.quant)
+            return FloorPredictor(model, get_device(cfg.host_device),
+                                  get_device(cfg.target_device))
+        except FloorError as err:
+            raise RunError(f"floor model: {err}") from err
+
+    def _make_runner(self) -> Runner:
+        cfg = self.config
+        try:
+            if cfg.runner == "inline":
+                engine = create_engine(cfg.engine, clock=self.clock, **cfg.engine_options)
+                return InlineRunner(engine, clock=self.clock)
+            runner = ProcessRunner(cfg.engine, cfg.engine_options,
+                                   hang_timeout_ms=cfg.hang_timeout_ms, clock=self.clock)
+            runner.start()
+            return runner
+        except (EngineError, RuntimeError) as err:
+            raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
+
+    @staticmethod
+    def _make_telemetry() -> Any:
+        try:
+            from robot_latency.telemetry import telemetry_reader
+        except ImportError:
+            return None
+        return telemetry_reader()
+
+    # --- per cycle ---------------------------------------------------------------------------
+    def _write(self, rec: CycleRecord) -> None:
+        """Enrich a record (floor, CPU, RSS, telemetry) after its plan is out, then log it."""
+        if self.floor is not None:
+            rec.floor = self.floor.predict(rec.tokens_in)
+        rec.cpu_percent = self._proc.cpu_percent(None)
+        rss = self._proc.memory_info().rss
+        pid = getattr(self.runner, "pid", None)
+        if pid is not None:
+            try:
+                rss += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass  # the worker just died; the runner restarts it
+        rec.rss_bytes = rss
+        if self.telemetry is not None:
+            t = self.telemetry.read()
+            rec.telemetry = t.to_dict() if t is not None else None
+        self.sink.write(rec)
+
+    # --- manifest, summary, close ------------------------------------------------------------
+    def manifest(self, status: str) -> dict[str, Any]:
+        """Return the manifest: what ran, where, with what."""
+        cfg = self.config
+        model: dict[str, Any] | None = None
+        if self.floor is not None:
+            model = self.floor.model.to_dict()
+            if model.get("path"):
+                model["sha256"] = sha256_file(model["path"])
+        return {
+            "status": status,
+            "label": cfg.label,
+            "engine": cfg.engine,
+            "engine_options": cfg.engine_options,
+            "engine_info": self.runner.info(),
+            "runner": cfg.runner,
+            "model": model,
+            "device": {"host": cfg.host_device, "target": cfg.target_device},
+            "floor": self.floor.manifest() if self.floor is not None else None,
+            "config": dataclasses.asdict(cfg.planner),
+            "versions": _package_versions(),
+            "host": host_facts(),
+            "started_unix": self.started_wall,
+            **cfg.extra,
+        }
+
+    def _write_manifest(self, status: str) -> None:
+        path = self.log_dir / "manifest.json"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.manifest(status), indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+
+    def close(self) -> dict[str, Any]:
+        """Stop the engine, flush the log, write summary.json from it; return the summary."""
+        if self.closed:
+            return json.loads((self.log_dir / "summary.json").read_text())
+        self.closed = True
+        self.sink.close()
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+        try:
+            records = read_records(self.log_dir / "cycles.jsonl")
+        except RecordError as err:
+            log.error("summary: %s", err)
+            records = []
+        summary = summarize(records)
+        summary["mailbox"] = self.loop.mailbox.counters()
+        summary["engine_restarts"] = getattr(self.runner, "restarts", 0)
+        summary["records_not_written"] = self.loop.sink_errors
+        write_summary(summary, self.log_dir / "summary.json")
+        self._write_manifest(status="finished")
+        return summary
+
+    def __enter__(self) -> PlannerRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

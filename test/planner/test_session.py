@@ -1,0 +1,124 @@
+"""A run end to end: replay a real stream file through the loop into a run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robot_latency.cli import main
+from robot_latency.clock import ScriptedClock
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.replay import replay
+from robot_latency.planner.session import PlannerRun, RunConfig, RunError
+from robot_latency.records import read_records
+from robot_latency.streams import Command, read_stream, write_bag, write_jsonl
+
+MS = 1_000_000
+TEXTS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
+         "bring me the blue bottle"]
+
+
+def _stream(tmp_path: Path, times_ms: list[int], *, kind: str = "jsonl") -> Path:
+    cmds = [Command(t_ns=t * MS, text=TEXTS[i % len(TEXTS)], command_id=f"s:{i}")
+            for i, t in enumerate(times_ms)]
+    if kind == "jsonl":
+        return write_jsonl(tmp_path / "stream.jsonl", cmds)
+    return write_bag(tmp_path / "bag", cmds, storage=kind)
+
+
+def _run(tmp_path: Path, **planner: object) -> tuple[PlannerRun, list[dict]]:
+    clock = ScriptedClock(start_ns=5 * 10**9)
+    plans: list[dict] = []
+    cfg = RunConfig(planner=PlannerConfig(**{"period_ms": 100, "deadline_ms": 60, **planner}),
+                    log_dir=tmp_path / "run", engine="sim", runner="inline",
+                    engine_options={"device": "orin-agx-64gb", "seed": 1},
+                    model="qwen2.5-0.5b", quant="Q4_K_M", host_device="orin-agx-64gb",
+                    target_device="orin-nano-8gb", label="sim test",
+                    extra={"replay": {"mode": "recorded", "speed": 1.0}})
+    return PlannerRun(cfg, publish=plans.append, clock=clock), plans
+
+
+def test_periodic_replay_writes_a_consistent_run_directory(tmp_path: Path) -> None:
+    stream = read_stream(_stream(tmp_path, [0, 250, 260, 700], kind="mcap"))
+    run, plans = _run(tmp_path)
+    with run:
+        n = replay(run.loop, stream)
+        summary = run.close()
+    records = read_records(tmp_path / "run" / "cycles.jsonl")
+    assert n == len(records) == len(plans) == 9  # ticks 0..700 ms, plus one after
+    # bag:1 (250 ms) was superseded by bag:2 (260 ms) before the 300 ms tick
+    # (a bag's command ids are "<bag name>:<index>")
+    assert [r.command_id for r in records] == ["bag:0", "bag:0", "bag:0", "bag:2", "bag:2",
+                                               "bag:2", "bag:2", "bag:3", "bag:3"]
+    assert summary["mailbox"] == {"received": 4, "dropped": 0, "superseded": 1}
+    # reaction latency only on the first cycle that plans a command, from its arrival
+    reacted = [r for r in records if r.reaction_ns is not None]
+    assert [r.command_id for r in reacted] == ["bag:0", "bag:2", "bag:3"]
+    assert reacted[1].reaction_ns > reacted[1].cycle_ns  # arrived 40 ms before its tick
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["cycles"] == len(records) and saved["deadline_misses"] == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["label"] == "sim test"
+    assert manifest["model"]["name"] == "Qwen2.5-0.5B"
+    assert manifest["floor"]["target"]["device_id"] == "orin-nano-8gb"
+    assert manifest["replay"]["mode"] == "recorded"
+    # every record carries floor predictions for host and target, and process stats
+    assert all(r.floor["target"]["device_id"] == "orin-nano-8gb" for r in records)
+    assert all(r.rss_bytes and r.rss_bytes > 0 for r in records)
+
+
+def test_event_replay_schedules_at_arrival(tmp_path: Path) -> None:
+    stream = read_stream(_stream(tmp_path, [0, 250, 252, 700]))
+    run, _ = _run(tmp_path, mode="event")
+    with run:
+        replay(run.loop, stream)
+    records = read_records(tmp_path / "run" / "cycles.jsonl")
+    start = records[0].scheduled_ns
+    assert [(r.scheduled_ns - start) // MS for r in records] == [0, 250, 252, 700]
+    assert records[2].queue_wait_ns > 0  # waited for the 250 ms command's cycle
+
+
+def test_asap_replay_one_cycle_per_command(tmp_path: Path) -> None:
+    stream = read_stream(_stream(tmp_path, [0, 5000, 10000]))
+    run, _ = _run(tmp_path, mode="event")
+    with run:
+        assert replay(run.loop, stream, asap=True) == 3
+    records = read_records(tmp_path / "run" / "cycles.jsonl")
+    assert records[2].scheduled_ns - records[0].scheduled_ns < 1000 * MS  # no waiting
+
+
+def test_run_directory_errors_are_clear(tmp_path: Path) -> None:
+    run, _ = _run(tmp_path)
+    run.close()
+    with pytest.raises(RunError, match="already holds a run"):
+        _run(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cfg = RunConfig(planner=PlannerConfig(), log_dir=blocker / "run", runner="inline",
+                    engine_options={"device": "orin-agx-64gb"})
+    with pytest.raises(RunError, match="not writable"):
+        PlannerRun(cfg, publish=lambda e: None)
+
+
+def test_cli_run_end_to_end_with_worker_process(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = _stream(tmp_path, [0, 100, 200, 300])
+    out = tmp_path / "cli-run"
+    assert main(["run", "--stream", str(path), "--engine", "sim", "--device", "orin-agx-64gb",
+                 "--deadline-ms", "80", "--period-ms", "100", "--speed", "2", "--out", str(out),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cycles"] == len(read_records(out / "cycles.jsonl")) >= 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runner"] == "process" and manifest["replay"]["speed"] == 2.0
+    assert manifest["stream"]["commands"] == 4
+
+
+def test_cli_run_bad_stream_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"t_ns": 0, "text": "stop"}\nnot json\n')
+    assert main(["run", "--stream", str(bad), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl" in err and ":2" in err

@@ -1,0 +1,329 @@
+"""Compare finished runs side by side: one :class:`ComparisonRow` per configuration.
+
+Column names (:data:`COLUMNS`, stable: the CSV header and the JSON keys; ``None`` where a value is
+unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
+
+==========================  =====================================================================
+``label``                   the configuration (``manifest["label"]``, else the directory name)
+``run_dir``                 the run directory
+``engine``                  ``manifest["engine"]``
+``model_name``, ``quant``   ``manifest["model"]["name"]``, ``["quant"]``
+``model_bytes``             weight bytes (``manifest["model"]["weight_bytes_total"]``)
+``model_size``              the same, human readable (``"4.1 GiB"``)
+``effective_bpw``           effective bits per weight
+``floor_itl_host_ms``       predicted decode ITL floor on this host (ms/token)
+``floor_itl_target_ms``     predicted decode ITL floor on the target device (ms/token)
+``target_device``           the target device id
+``cycles``                  cycles in the run (skipped ones included)
+``ttft_p50_ms``, ``ttft_p99_ms``, ``ttft_n``   time to first token and its sample count
+``itl_p50_ms``, ``itl_p99_ms``, ``itl_n``      inter-token gaps (every gap pooled) and count
+``deadline_misses``, ``deadline_miss_rate``, ``deadline_miss_ci95_lo``, ``deadline_miss_ci95_hi``
+                            plan not published by the deadline (late or skipped), Wilson 95%
+``model_misses``, ``model_miss_rate``, ``model_miss_ci95_lo``, ``model_miss_ci95_hi``
+                            the model did not deliver and a fallback answered (see
+                            :mod:`robot_latency.report.diagnose`), Wilson 95%
+``fallbacks``, ``fallback_rate``   cycles answered by a fallback, for any reason
+``reference``               the label of the reference configuration
+``agreement``               fraction of commands whose model plan equals the reference's
+``agreement_n``             commands compared (both runs have a model plan for them)
+``floor_efficiency``        ``floor_itl_host_ms / itl_p50_ms`` (1.0 = at the bandwidth floor)
+``replay_mode``, ``replay_speed``   ``"recorded"`` or ``"asap"`` (as fast as possible), factor
+==========================  =====================================================================
+
+Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
+from the model, in each run. The reference row's own agreement is None (nothing to compare).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from robot_latency.records import CycleRecord
+from robot_latency.report.diagnose import is_deadline_miss, is_model_miss
+from robot_latency.report.rundir import (
+    ReportError,
+    RunData,
+    host_itl_floor_ms,
+    load_runs,
+    model_field,
+    replay_mode,
+    replay_speed,
+    target_device_id,
+    target_itl_floor_ms,
+)
+from robot_latency.report.summary import distribution, wilson_interval
+
+log = logging.getLogger(__name__)
+
+#: Version of the comparison JSON layout; bump when a column changes meaning.
+COMPARISON_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One configuration's line in the comparison (columns documented in the module)."""
+
+    label: str
+    run_dir: str | None
+    engine: str | None
+    model_name: str | None
+    quant: str | None
+    model_bytes: int | None
+    model_size: str | None
+    effective_bpw: float | None
+    floor_itl_host_ms: float | None
+    floor_itl_target_ms: float | None
+    target_device: str | None
+    cycles: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    ttft_n: int
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    itl_n: int
+    deadline_misses: int
+    deadline_miss_rate: float | None
+    deadline_miss_ci95_lo: float | None
+    deadline_miss_ci95_hi: float | None
+    model_misses: int
+    model_miss_rate: float | None
+    model_miss_ci95_lo: float | None
+    model_miss_ci95_hi: float | None
+    fallbacks: int
+    fallback_rate: float | None
+    reference: str | None
+    agreement: float | None
+    agreement_n: int
+    floor_efficiency: float | None
+    replay_mode: str | None
+    replay_speed: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the row as a dict keyed by :data:`COLUMNS`."""
+        return asdict(self)
+
+
+#: The stable column names, in order.
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ComparisonRow))
+
+
+def human_bytes(n: int | None) -> str | None:
+    """Return a byte count in binary units (``"4.1 GiB"``), or None."""
+    if n is None:
+        return None
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _first_model_plans(records: Sequence[CycleRecord]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for rec in records:
+        if (rec.command_id is not None and rec.plan_source == "model" and rec.plan is not None
+                and rec.command_id not in out):
+            out[rec.command_id] = rec.plan
+    return out
+
+
+def plan_agreement(records: Sequence[CycleRecord],
+                   reference: Sequence[CycleRecord]) -> tuple[float | None, int]:
+    """Return (fraction of shared commands with equal model plans, commands compared).
+
+    The fraction is None when no command has a model plan in both runs.
+    """
+    mine, ref = _first_model_plans(records), _first_model_plans(reference)
+    shared = [cid for cid in mine if cid in ref]
+    if not shared:
+        return None, 0
+    equal = sum(1 for cid in shared if mine[cid] == ref[cid])
+    return equal / len(shared), len(shared)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> ComparisonRow:
+    recs = run.records
+    n = len(recs)
+    ttft = distribution(r.ttft_ns / 1e6 for r in recs if r.ttft_ns is not None)
+    itl = distribution(g / 1e6 for r in recs for g in r.itl_ns)
+    dm = sum(1 for r in recs if is_deadline_miss(r))
+    mm = sum(1 for r in recs if is_model_miss(r))
+    fb = sum(1 for r in recs if r.plan_source == "fallback")
+    dci, mci = wilson_interval(dm, n), wilson_interval(mm, n)
+    if reference is None or reference is run:
+        agreement, agreement_n = None, 0
+    else:
+        agreement, agreement_n = plan_agreement(recs, reference.records)
+    floor_host = host_itl_floor_ms(run)
+    model_bytes = _int(model_field(run, "weight_bytes_total"))
+    return ComparisonRow(
+        label=run.label,
+        run_dir=run_dir,
+        engine=_str((run.manifest or {}).get("engine")),
+        model_name=_str(model_field(run, "name")),
+        quant=_str(model_field(run, "quant")),
+        model_bytes=model_bytes,
+        model_size=human_bytes(model_bytes),
+        effective_bpw=_float(model_field(run, "effective_bpw")),
+        floor_itl_host_ms=floor_host,
+        floor_itl_target_ms=target_itl_floor_ms(run),
+        target_device=target_device_id(run),
+        cycles=n,
+        ttft_p50_ms=ttft.p50, ttft_p99_ms=ttft.p99, ttft_n=ttft.n,
+        itl_p50_ms=itl.p50, itl_p99_ms=itl.p99, itl_n=itl.n,
+        deadline_misses=dm,
+        deadline_miss_rate=dm / n if n else None,
+        deadline_miss_ci95_lo=dci[0] if dci else None,
+        deadline_miss_ci95_hi=dci[1] if dci else None,
+        model_misses=mm,
+        model_miss_rate=mm / n if n else None,
+        model_miss_ci95_lo=mci[0] if mci else None,
+        model_miss_ci95_hi=mci[1] if mci else None,
+        fallbacks=fb,
+        fallback_rate=fb / n if n else None,
+        reference=reference.label if reference is not None else None,
+        agreement=agreement,
+        agreement_n=agreement_n,
+        floor_efficiency=(floor_host / itl.p50 if floor_host is not None and itl.p50
+                          else None),
+        replay_mode=replay_mode(run),
+        replay_speed=replay_speed(run),
+    )
+
+
+def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
+                   run_dirs: Sequence[str | os.PathLike[str]] | None = None
+                   ) -> list[ComparisonRow]:
+    """Compare runs already in memory (see :func:`compare_runs`)."""
+    if not runs:
+        return []
+    if reference is None:
+        ref: RunData | None = runs[0]
+    else:
+        matches = [r for r in runs if r.label == reference]
+        if not matches:
+            raise ReportError(f"reference configuration {reference!r} is not among the runs "
+                              f"({', '.join(r.label for r in runs)})")
+        ref = matches[0]
+    dirs = [str(d) for d in run_dirs] if run_dirs is not None else [None] * len(runs)
+    return [_row(run, ref, d) for run, d in zip(runs, dirs, strict=True)]
+
+
+def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,
+                 reference: str | None = None) -> list[ComparisonRow]:
+    """Read run directories and compare them, one row per configuration, in the given order.
+
+    Args:
+        run_dirs: directories written by ``robot-latency run``.
+        reference: the label of the configuration that plan agreement is measured against;
+            default: the first run.
+
+    Raises:
+        RunDirError: a directory lacks ``cycles.jsonl`` or ``manifest.json`` or cannot be read
+            (the message names the directory and the file).
+        ReportError: ``reference`` names no run.
+    """
+    return compare_loaded(load_runs(run_dirs), reference=reference, run_dirs=run_dirs)
+
+
+# --- renderers ---------------------------------------------------------------------------------
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
+    if rate is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{100 * rate:.1f}%"
+    return f"{100 * rate:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+#: Markdown table header (human names; the data columns are :data:`COLUMNS`).
+MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
+                   "TTFT p50/p99 ms", "ITL p50/p99 ms", "deadline miss [95% CI]",
+                   "model miss [95% CI]", "fallback", "agreement", "floor eff.",
+                   "cycles", "ITL n")
+
+
+def markdown_cells(row: ComparisonRow) -> list[str]:
+    """Return one row's Markdown cells, in :data:`MARKDOWN_HEADER` order."""
+    target = _fmt(row.floor_itl_target_ms)
+    if row.floor_itl_target_ms is not None and row.target_device:
+        target = f"{target} ({row.target_device})"
+    label = row.label + (" (asap)" if row.replay_mode == "asap" else "")
+    if row.reference == row.label:
+        agreement = "ref"
+    elif row.agreement is None:
+        agreement = "-"
+    else:
+        agreement = f"{100 * row.agreement:.0f}% (n={row.agreement_n})"
+    return [
+        label.replace("|", "\\|"),
+        row.model_size or "-",
+        _fmt(row.effective_bpw),
+        _fmt(row.floor_itl_host_ms),
+        target,
+        f"{_fmt(row.ttft_p50_ms, '.1f')} / {_fmt(row.ttft_p99_ms, '.1f')}",
+        f"{_fmt(row.itl_p50_ms)} / {_fmt(row.itl_p99_ms)}",
+        _rate(row.deadline_miss_rate, row.deadline_miss_ci95_lo, row.deadline_miss_ci95_hi),
+        _rate(row.model_miss_rate, row.model_miss_ci95_lo, row.model_miss_ci95_hi),
+        _rate(row.fallback_rate, None, None),
+        agreement,
+        _fmt(row.floor_efficiency),
+        str(row.cycles),
+        str(row.itl_n),
+    ]
+
+
+def to_markdown(rows: Sequence[ComparisonRow]) -> str:
+    """Return the comparison as a Markdown table (no trailing newline); ``-`` marks unknowns."""
+    lines = ["| " + " | ".join(MARKDOWN_HEADER) + " |",
+             "|" + "|".join("---" for _ in MARKDOWN_HEADER) + "|"]
+    lines += ["| " + " | ".join(markdown_cells(r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_csv(rows: Sequence[ComparisonRow], path: str | os.PathLike[str]) -> Path:
+    """Write the rows as CSV with the :data:`COLUMNS` header; None is an empty cell."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.to_dict().items()})
+    return p
+
+
+def to_json(rows: Sequence[ComparisonRow], path: str | os.PathLike[str]) -> Path:
+    """Write ``{"schema_version", "columns", "rows": [{column: value}]}`` as JSON."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": COMPARISON_SCHEMA_VERSION, "columns": list(COLUMNS),
+           "rows": [r.to_dict() for r in rows]}
+    p.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return p

@@ -1,0 +1,177 @@
+"""The Markdown report: comparison table, tail diagnosis per configuration, plots, caveats.
+
+``write_report(run_dirs, out_dir)`` writes into ``out_dir``: ``report.md``, the PNGs of
+:data:`robot_latency.report.plots.PLOTS` (those with data), and the comparison as
+``comparison.csv`` and ``comparison.json`` (columns in :mod:`robot_latency.report.compare`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from robot_latency.report.compare import compare_loaded, to_csv, to_json, to_markdown
+from robot_latency.report.diagnose import (
+    CAUSES,
+    PREFILL_SHARE,
+    QUEUE_SHARE,
+    STALL_FACTOR,
+    Bucket,
+    Diagnosis,
+    diagnose,
+)
+from robot_latency.report.plots import write_plots
+from robot_latency.report.rundir import RunData, load_runs, replay_mode
+from robot_latency.report.summary import P99_MIN_SAMPLES
+
+log = logging.getLogger(__name__)
+
+REPORT_NAME = "report.md"
+
+_PLOT_TITLES = {
+    "itl_cdf.png": "ITL CDF with floor lines",
+    "ttft_cdf.png": "TTFT CDF",
+    "miss_rate.png": "Miss rate with 95% intervals",
+    "phase_timeline.png": "Phase timeline of the slowest cycles",
+    "measured_vs_predicted.png": "Measured vs predicted ITL",
+}
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+            + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _sample_warnings(run: RunData, diag: Diagnosis) -> list[str]:
+    t = diag.tail
+    counts = {
+        "TTFT": sum(1 for r in run.records if r.ttft_ns is not None),
+        "ITL": t.itl_n,
+        "TPOT": t.tpot_n,
+        "E2E": t.e2e_n,
+    }
+    return [f"{name} p99 from only {n} samples (fewer than {P99_MIN_SAMPLES}: not stable)"
+            for name, n in counts.items() if 0 < n < P99_MIN_SAMPLES]
+
+
+def _buckets(title: str, buckets: Sequence[Bucket]) -> list[str]:
+    if not buckets:
+        return [f"{title}: no data.", ""]
+    rows = [[f"{b.lo}" if b.lo == b.hi else f"{b.lo}-{b.hi}", str(b.n),
+             f"{100 * b.deadline_miss_rate:.1f}%", f"{100 * b.model_miss_rate:.1f}%",
+             _f(b.e2e_p50_ms, ".1f"), _f(b.e2e_p99_ms, ".1f"), str(b.e2e_n)]
+            for b in buckets]
+    return [f"{title}:", "", *_table(["tokens", "cycles", "deadline miss", "model miss",
+                                      "E2E p50 ms", "E2E p99 ms", "E2E n"], rows), ""]
+
+
+def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
+    t = diag.tail
+    lines = [f"### {run.label}", ""]
+    if replay_mode(run) == "asap":
+        lines += ["**Replayed as fast as possible (asap)**: commands were not paced at their "
+                  "recorded times, so queueing and misses reflect saturation, not the operator's "
+                  "pace.", ""]
+    lines += [
+        f"- cycles: {diag.cycles}; deadline: {_f(diag.deadline_ms, 'g')} ms; "
+        f"deadline misses (late or skipped): {diag.deadline_misses}; "
+        f"model misses (fallback answered): {diag.model_misses}",
+        f"- E2E p99/p50 = {_f(t.e2e_ratio)} (n={t.e2e_n}); TPOT p99/p50 = {_f(t.tpot_ratio)} "
+        f"(n={t.tpot_n}); ITL p99/p50 = {_f(t.itl_ratio)} (n={t.itl_n})",
+        f"- verdict: **{t.verdict}**",
+    ]
+    lines += [f"- warning: {w}" for w in _sample_warnings(run, diag)]
+    lines.append("")
+    if any(diag.causes.values()):
+        rows = [[c, str(diag.causes_deadline[c]), str(diag.causes_model[c]), str(diag.causes[c])]
+                for c in CAUSES if diag.causes[c]]
+        lines += ["Miss causes:", "",
+                  *_table(["cause", "deadline misses", "model misses", "all (once each)"], rows),
+                  ""]
+    else:
+        lines += ["No misses to attribute.", ""]
+    if diag.phases:
+        rows = [[p.phase, str(p.n), _f(p.mean_ms), _f(p.p99_ms),
+                 "-" if p.share is None else f"{100 * p.share:.1f}%"] for p in diag.phases]
+        lines += ["Phase split:", "",
+                  *_table(["phase", "cycles", "mean ms", "p99 ms", "share of cycle time"], rows),
+                  ""]
+    lines += _buckets("By prompt length (tokens in)", diag.prompt_buckets)
+    lines += _buckets("By output length (tokens out)", diag.output_buckets)
+    return lines
+
+
+def render_report(runs: Sequence[RunData], table_md: str,
+                  plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis]) -> str:
+    """Return the report's Markdown text; plot links are relative to the report."""
+    lines = ["# Latency report", ""]
+    asap = [r.label for r in runs if replay_mode(r) == "asap"]
+    if asap:
+        lines += [f"> **As-fast-as-possible replay** (not at recorded times): {', '.join(asap)}. "
+                  "Their latencies include self-inflicted queueing.", ""]
+    lines += ["## Comparison", "", table_md, "",
+              "Rates are fractions of all cycles with Wilson 95% intervals. A *deadline miss* is a "
+              "plan published late or a skipped cycle; a *model miss* is a cycle the model did "
+              "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
+              "ITL p50. Data: [comparison.csv](comparison.csv), "
+              "[comparison.json](comparison.json).", ""]
+    lines += ["## Plots", ""]
+    for name, path in plots.items():
+        title = _PLOT_TITLES.get(name, name)
+        if path is None:
+            lines.append(f"- {title}: not drawn (no data)")
+        else:
+            lines.append(f"- [{title}]({name})")
+    lines.append("")
+    for name, path in plots.items():
+        if path is not None:
+            lines += [f"![{_PLOT_TITLES.get(name, name)}]({name})", ""]
+    lines += ["## Tail diagnosis", "",
+              "Each miss is attributed to the first matching cause: skipped; engine_fault; "
+              "publish_late (the model's last token came in time, the plan went out late); "
+              f"queueing (queue wait > {QUEUE_SHARE:.0%} of the deadline); stall (one gap > "
+              f"{STALL_FACTOR:g}x the run's median gap); prefill_too_long (prefill > "
+              f"{PREFILL_SHARE:.0%} of the deadline, or no token at all); else decode_too_slow.",
+              ""]
+    for run, diag in zip(runs, diagnoses, strict=True):
+        lines += _diagnosis_section(run, diag)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                 *, reference: str | None = None) -> Path:
+    """Write the plots, the comparison files and ``report.md`` for finished runs.
+
+    Args:
+        run_dirs: directories written by ``robot-latency run``, one per configuration.
+        out_dir: where to write (created if needed).
+        reference: label of the configuration plan agreement is measured against (default:
+            the first run).
+
+    Returns:
+        The path of ``report.md``.
+
+    Raises:
+        RunDirError: a run directory lacks a file or cannot be read (names both).
+        ReportError: ``reference`` names no run.
+    """
+    runs = load_runs(run_dirs)
+    rows = compare_loaded(runs, reference=reference, run_dirs=run_dirs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    to_csv(rows, out / "comparison.csv")
+    to_json(rows, out / "comparison.json")
+    plots = write_plots(runs, out)
+    # each record's own deadline budget is the truth; the manifest's is only a label
+    diagnoses = [diagnose(r.records) for r in runs]
+    text = render_report(runs, to_markdown(rows), plots, diagnoses)
+    path = out / REPORT_NAME
+    path.write_text(text, encoding="utf-8")
+    log.info("report written to %s (%d configurations)", path, len(runs))
+    return path

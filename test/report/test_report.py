@@ -1,0 +1,242 @@
+"""Comparison, plots and the Markdown report, on run directories built in tmp_path."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robot_latency.records import CycleRecord, JsonlSink
+from robot_latency.report.compare import (
+    COLUMNS,
+    compare_runs,
+    human_bytes,
+    to_csv,
+    to_json,
+    to_markdown,
+)
+from robot_latency.report.markdown import write_report
+from robot_latency.report.plots import (
+    PLOTS,
+    plot_itl_cdf,
+    plot_measured_vs_predicted,
+    plot_miss_rate,
+    plot_phase_timeline,
+    plot_ttft_cdf,
+)
+from robot_latency.report.rundir import ReportError, RunDirError, load_run
+from robot_latency.report.summary import summarize, wilson_interval, write_summary
+
+MS = 1_000_000
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _cycle(i: int, *, gap_ms: int = 10, n_gaps: int = 4, late: bool = False,
+           fallback: bool = False, plan: dict[str, Any] | None = None) -> CycleRecord:
+    """Cycle i on a scripted clock, deadline 100 ms; a fallback has no tokens and is in time."""
+    sched = i * 1000 * MS
+    started = sched + MS
+    tokens = [] if fallback else [started + 20 * MS + k * gap_ms * MS for k in range(n_gaps + 1)]
+    published = sched + (150 if late else (99 if fallback else 90)) * MS
+    phases = {"queue": MS, "prefill": 20 * MS}
+    if tokens:
+        phases["decode"] = tokens[-1] - tokens[0]
+    if fallback:
+        phases["fallback"] = MS
+    phases["publish"] = MS // 10
+    return CycleRecord(run_id="r", cycle=i, scheduled_ns=sched, deadline_ns=sched + 100 * MS,
+                       started_ns=started, published_ns=published, token_ns=tokens,
+                       command_id=f"c{i}", tokens_in=40 + i,
+                       phases_ns=phases, plan_source="fallback" if fallback else "model",
+                       fallback_reason="deadline" if fallback else None,
+                       plan=plan if plan is not None else {"steps": [{"action": "stop"}]})
+
+
+def _manifest(label: str, *, asap: bool = False, full: bool = True) -> dict[str, Any]:
+    if not full:
+        return {"label": label, "engine": None, "model": None, "device": None, "floor": None,
+                "config": {"deadline_ms": 100}, "replay": None}
+    return {
+        "label": label, "engine": "llama.cpp",
+        "model": {"name": "planner", "quant": label, "weight_bytes_total": 3 * 1024 ** 3,
+                  "effective_bpw": 4.85},
+        "device": {"host": {"cpus": 2}, "target": {"id": "orin-nano-8gb"}},
+        "floor": {"host": {"itl_floor_ms": 4.0, "prefill_floor_ms": None},
+                  "target": {"device_id": "orin-nano-8gb", "itl_floor_ms": 2.5}},
+        "config": {"deadline_ms": 100, "period_ms": 200},
+        "replay": {"mode": "asap" if asap else "recorded", "speed": 1.0},
+    }
+
+
+def _write_run(d: Path, records: list[CycleRecord], manifest: dict[str, Any] | None) -> Path:
+    d.mkdir(parents=True)
+    with JsonlSink(d / "cycles.jsonl") as sink:
+        for r in records:
+            sink.write(r)
+    write_summary(summarize(records), d / "summary.json")
+    if manifest is not None:
+        (d / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return d
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> list[Path]:
+    # reference F16: 10 cycles, all model plans, cycle 9 published late
+    ref = [_cycle(i, plan={"steps": [i]}, late=(i == 9)) for i in range(10)]
+    # Q4: 6 plans agree, 2 differ, 2 model misses answered in time by a fallback
+    q4 = [_cycle(i, plan={"steps": [i if i < 6 else -i]}) for i in range(8)]
+    q4 += [_cycle(i, fallback=True) for i in (8, 9)]
+    return [_write_run(tmp_path / "f16", ref, _manifest("F16", full=False)),
+            _write_run(tmp_path / "q4", q4, _manifest("Q4_K_M", asap=True))]
+
+
+def test_comparison_numbers(two_runs: list[Path]) -> None:
+    ref, q4 = compare_runs(two_runs)
+    assert ref.label == "F16" and q4.label == "Q4_K_M"
+    assert ref.deadline_misses == 1 and ref.deadline_miss_rate == pytest.approx(0.1)
+    assert (ref.deadline_miss_ci95_lo, ref.deadline_miss_ci95_hi) == \
+        pytest.approx(wilson_interval(1, 10))
+    assert ref.model_misses == 0 and ref.model_miss_ci95_lo == 0.0
+    assert q4.deadline_misses == 0 and q4.deadline_miss_ci95_lo == 0.0
+    assert q4.model_misses == 2 and q4.model_miss_rate == pytest.approx(0.2)
+    assert (q4.model_miss_ci95_lo, q4.model_miss_ci95_hi) == pytest.approx(wilson_interval(2, 10))
+    assert q4.fallbacks == 2 and q4.fallback_rate == pytest.approx(0.2)
+    # agreement over commands with a model plan in both runs: c0..c7, of which c0..c5 agree
+    assert q4.agreement == pytest.approx(0.75) and q4.agreement_n == 8
+    assert q4.reference == "F16" and ref.agreement is None
+    # every gap is 10 ms; host floor 4 ms -> efficiency 0.4
+    assert q4.itl_p50_ms == pytest.approx(10.0) and q4.itl_n == 8 * 4
+    assert q4.floor_efficiency == pytest.approx(0.4)
+    assert q4.ttft_p50_ms == pytest.approx(21.0) and q4.ttft_n == 8
+    assert q4.floor_itl_target_ms == 2.5 and q4.target_device == "orin-nano-8gb"
+    assert q4.model_bytes == 3 * 1024 ** 3 and q4.model_size == "3.0 GiB"
+    assert q4.effective_bpw == 4.85 and q4.replay_mode == "asap"
+    # the reference's manifest has nulls everywhere: None, never a made-up 0
+    assert ref.floor_itl_host_ms is None and ref.floor_efficiency is None
+    assert ref.model_size is None and ref.engine is None
+
+
+def test_named_reference_and_unknown_reference(two_runs: list[Path]) -> None:
+    ref, q4 = compare_runs(two_runs, reference="Q4_K_M")
+    assert q4.agreement is None and ref.reference == "Q4_K_M"
+    assert ref.agreement == pytest.approx(0.75)
+    with pytest.raises(ReportError, match="NOPE"):
+        compare_runs(two_runs, reference="NOPE")
+
+
+def test_markdown_table_shows_dashes_for_unknowns(two_runs: list[Path]) -> None:
+    table = to_markdown(compare_runs(two_runs))
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("| config |")
+    f16 = lines[2].split(" | ")
+    assert f16[0] == "| F16" and f16[1] == "-" and "ref" in lines[2]
+    assert "Q4_K_M (asap)" in lines[3] and "orin-nano-8gb" in lines[3]
+    assert "75% (n=8)" in lines[3] and "20.0% [" in lines[3]
+
+
+def test_csv_and_json_parse_back(two_runs: list[Path], tmp_path: Path) -> None:
+    rows = compare_runs(two_runs)
+    with open(to_csv(rows, tmp_path / "out" / "cmp.csv"), encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames or ()) == COLUMNS
+        back = list(reader)
+    assert [r["label"] for r in back] == ["F16", "Q4_K_M"]
+    assert float(back[1]["model_miss_rate"]) == pytest.approx(0.2)
+    assert back[0]["floor_itl_host_ms"] == ""  # None is an empty cell
+    doc = json.loads(to_json(rows, tmp_path / "cmp.json").read_text(encoding="utf-8"))
+    assert tuple(doc["columns"]) == COLUMNS
+    assert [tuple(r) for r in doc["rows"]] == [COLUMNS, COLUMNS]
+    assert doc["rows"][1]["agreement"] == pytest.approx(0.75)
+    assert doc["rows"][0]["floor_efficiency"] is None
+
+
+def test_missing_files_name_the_directory(tmp_path: Path) -> None:
+    no_manifest = _write_run(tmp_path / "broken_run", [_cycle(0)], None)
+    with pytest.raises(RunDirError) as err:
+        compare_runs([no_manifest])
+    assert str(no_manifest) in str(err.value) and "manifest.json" in str(err.value)
+    (no_manifest / "manifest.json").write_text("{}", encoding="utf-8")
+    (no_manifest / "cycles.jsonl").unlink()
+    with pytest.raises(RunDirError, match=r"cycles\.jsonl") as err:
+        load_run(no_manifest)
+    assert str(no_manifest) in str(err.value)
+    with pytest.raises(RunDirError, match="does not exist"):
+        load_run(tmp_path / "nowhere")
+    (no_manifest / "cycles.jsonl").write_text("{}", encoding="utf-8")
+    (no_manifest / "manifest.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(RunDirError, match=r"manifest\.json"):
+        load_run(no_manifest)
+
+
+def test_label_defaults_to_directory_name(tmp_path: Path) -> None:
+    d = _write_run(tmp_path / "my_run", [_cycle(0)], {"label": None})
+    assert load_run(d).label == "my_run"
+    assert human_bytes(512) == "512 B" and human_bytes(None) is None
+
+
+def _assert_png(path: Path | None) -> None:
+    assert path is not None and path.is_file()
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert len(data) > 5_000
+
+
+def test_every_plot_written(two_runs: list[Path], tmp_path: Path) -> None:
+    runs = [load_run(d) for d in two_runs]
+    out = tmp_path / "plots"
+    for name, fn in PLOTS.items():
+        _assert_png(fn(runs, out / name))
+
+
+def test_plots_skip_without_data(tmp_path: Path) -> None:
+    all_fallback = [("fb", [_cycle(i, fallback=True) for i in range(5)], _manifest("fb"))]
+    assert plot_itl_cdf(all_fallback, tmp_path / "a.png") is None
+    assert plot_ttft_cdf(all_fallback, tmp_path / "b.png") is None
+    assert plot_measured_vs_predicted(all_fallback, tmp_path / "c.png") is None
+    assert not (tmp_path / "a.png").exists()
+    # misses and phases are still there to show
+    _assert_png(plot_miss_rate(all_fallback, tmp_path / "d.png"))
+    _assert_png(plot_phase_timeline(all_fallback, tmp_path / "e.png"))
+    empty = [("none", [], None)]
+    for name, fn in PLOTS.items():
+        assert fn(empty, tmp_path / name) is None
+    # gaps but no floor anywhere: no measured-vs-predicted point
+    no_floor = [("nf", [_cycle(0)], {"floor": None})]
+    assert plot_measured_vs_predicted(no_floor, tmp_path / "f.png") is None
+
+
+def test_report_has_table_and_links_that_exist(two_runs: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    path = write_report(two_runs, out)
+    assert path == out / "report.md"
+    text = path.read_text(encoding="utf-8")
+    assert "| config |" in text and "| F16" in text and "Q4_K_M" in text
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert {"itl_cdf.png", "ttft_cdf.png", "miss_rate.png", "phase_timeline.png",
+            "measured_vs_predicted.png", "comparison.csv"} <= set(links)
+    for link in links:
+        assert (out / link).is_file(), link
+    for png in out.glob("*.png"):
+        _assert_png(png)
+    # diagnosis per configuration, the asap label, and the small-sample warning
+    assert "### F16" in text and "### Q4_K_M" in text
+    assert "verdict: **" in text and "Miss causes:" in text and "Phase split:" in text
+    assert "As-fast-as-possible replay" in text
+    assert "p99 from only" in text
+    # the Q4 model misses produced no token before giving up; the F16 late cycle's tokens
+    # were all in by 61 ms, its plan went out at 150 ms
+    assert "| prefill_too_long | 0 | 2 | 2 |" in text
+    assert "| publish_late | 1 | 0 | 1 |" in text
+
+
+def test_report_with_a_run_without_tokens(tmp_path: Path) -> None:
+    d = _write_run(tmp_path / "fb", [_cycle(i, fallback=True) for i in range(3)],
+                   _manifest("fb"))
+    text = write_report([d], tmp_path / "out").read_text(encoding="utf-8")
+    assert "not drawn (no data)" in text
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert all((tmp_path / "out" / link).is_file() for link in links)

@@ -33,6 +33,7 @@ from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_
 from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.session import RunError
 from robot_latency.records import RecordError, read_records
+from robot_latency.report.rundir import ReportError
 from robot_latency.report.summary import summarize, write_summary
 from robot_latency.streams import StreamError
 
@@ -341,6 +342,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.markdown import write_report
+
+    out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    report = write_report(args.runs, out, reference=args.reference)
+    _out(to_markdown(compare_runs(args.runs, reference=args.reference)))
+    _out(f"\nreport: {report}")
+    return 0
+
+
 # --- parser ---------------------------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -474,6 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("report", help="compare run directories; write plots and report.md")
+    p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
+    p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
+    p.add_argument("--reference", default=None,
+                   help="label of the run plans are compared against (default: the first)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")
     p.add_argument("cycles", help="path to a cycles.jsonl")
     p.add_argument("--out", default=None, help="write summary.json here")
@@ -489,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args))
-    except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError) as err:
+    except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError,
+            ReportError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

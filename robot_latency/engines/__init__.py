@@ -3,7 +3,7 @@
 Importing this package registers the engines whose dependencies are importable.
 """
 
-from robot_latency.engines import sim  # noqa: F401  (registers "sim")
+from robot_latency.engines import llamacpp, sim  # noqa: F401  (register "llamacpp", "sim")
 from robot_latency.engines.base import (
     ENGINES,
     Engine,

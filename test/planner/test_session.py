@@ -122,3 +122,22 @@ def test_cli_run_bad_stream_names_it(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["run", "--stream", str(bad), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl" in err and ":2" in err
+
+
+def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _stream(tmp_path, [0, 100, 200, 300])
+    runs = []
+    for device in ("orin-agx-64gb", "orin-nano-4gb"):
+        out = tmp_path / device
+        assert main(["run", "--stream", str(path), "--device", device, "--runner", "inline",
+                     "--deadline-ms", "60", "--period-ms", "100", "--asap", "--mode", "event",
+                     "--label", device, "--out", str(out)]) == 0
+        runs.append(str(out))
+    capsys.readouterr()
+    assert main(["report", *runs, "--out", str(tmp_path / "report")]) == 0
+    table = capsys.readouterr().out
+    assert "orin-agx-64gb" in table and "orin-nano-4gb" in table
+    for name in ("report.md", "comparison.csv", "itl_cdf.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err

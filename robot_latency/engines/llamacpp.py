@@ -1,0 +1,348 @@
+"""The llama.cpp engine (llama-cpp-python) at batch 1, timed to the token.
+
+The loop is ours, not ``Llama.generate``'s, so that every event is stamped with the injected clock
+and a deadline check runs wherever llama.cpp can stop:
+
+    tokenize ─► reuse the KV of the longest prefix shared with the previous prompt
+             ─► prefill in chunks of ``chunk_tokens`` (deadline/abort check between chunks; on the
+                CPU backend the abort callback also stops a chunk mid-pass)
+             ─► sample (greedy, grammar-constrained) ─► token stamped ─► eval it ─► ...
+
+The abort callback is a Python function that llama.cpp calls a few hundred times per token
+(REFERENCE section 7: +4% ITL when always armed), so it is armed only during the prefill and, in
+decode, once the deadline is within ``arm_margin_steps`` inter-token gaps. It does nothing when
+layers are offloaded to a GPU (llama.cpp checks it on the CPU backend only); there the chunk
+boundaries are the interruption points.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines.base import (
+    AbortSignal,
+    EngineError,
+    GenerationRequest,
+    GenerationTrace,
+    StopReason,
+    register_engine,
+)
+
+log = logging.getLogger(__name__)
+
+#: llama.cpp KV cache types by name (ggml_type values).
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+            "bf16": 30}
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    """Options of the llama.cpp engine; all recorded with every run.
+
+    Args:
+        model_path: GGUF file ("" = the bundled planner model).
+        n_threads: CPU threads for decode (leave a core to the planner loop).
+        n_threads_batch: CPU threads for prefill (default: n_threads).
+        n_gpu_layers: layers offloaded to the GPU (Jetson CUDA build; 0 on a CPU host).
+        n_ctx: context length allocated.
+        chunk_tokens: prefill chunk size: a deadline check runs between chunks.
+        flash_attn: use flash attention.
+        kv_type: KV cache element type (f16, q8_0, ...).
+        prefix_cache: reuse the KV of the prefix shared with the previous prompt.
+        abort_callback: arm llama.cpp's abort callback near deadlines (CPU backend only).
+        arm_margin_steps: in decode, arm the callback once the deadline is this many ITLs away.
+        seed: sampling seed.
+    """
+
+    model_path: str = ""
+    n_threads: int = 1
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0
+    n_ctx: int = 512
+    chunk_tokens: int = 64
+    flash_attn: bool = False
+    kv_type: str = "f16"
+    prefix_cache: bool = True
+    abort_callback: bool = True
+    arm_margin_steps: float = 2.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> EngineError:
+            return EngineError(f"llamacpp: {name}={getattr(self, name)!r}: {why}")
+
+        if self.n_threads < 1:
+            raise bad("n_threads", "must be >= 1")
+        if self.n_threads_batch is not None and self.n_threads_batch < 1:
+            raise bad("n_threads_batch", "must be >= 1")
+        if self.n_ctx < 16:
+            raise bad("n_ctx", "must be >= 16")
+        if self.chunk_tokens < 1:
+            raise bad("chunk_tokens", "must be >= 1")
+        if self.kv_type not in KV_TYPES:
+            raise bad("kv_type", f"must be one of {sorted(KV_TYPES)}")
+        if self.n_gpu_layers < -1:
+            raise bad("n_gpu_layers", "must be >= -1 (-1: all)")
+
+
+def resolve_model_path(model_path: str) -> Path:
+    """Return the GGUF to load: the given path, or the bundled planner for ""."""
+    if model_path:
+        return Path(model_path)
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+
+    try:
+        return bundled_model_path()
+    except BundledModelError as err:
+        raise EngineError(f"llamacpp: no model_path given and {err}") from err
+
+
+class LlamaCppEngine:
+    """A batch-1 llama.cpp engine with per-token timing, prefix reuse, chunked prefill, abort
+    and grammar-constrained greedy decoding (see the module docstring)."""
+
+    name = "llamacpp"
+
+    def __init__(self, config: LlamaCppConfig, *, clock: Clock = DEFAULT_CLOCK) -> None:
+        import llama_cpp
+
+        self._llama_cpp = llama_cpp
+        self.config = config
+        self.clock = clock
+        path = resolve_model_path(config.model_path)
+        self.model_path = path
+        # Validate the file first: a clear error naming it, before llama.cpp prints to stderr.
+        from robot_latency.floor.errors import ModelInfoError
+        from robot_latency.floor.modelinfo import profile_from_gguf
+
+        try:
+            self.profile = profile_from_gguf(path)
+        except ModelInfoError as err:
+            raise EngineError(f"llamacpp: {err}") from err
+        if self.profile.architecture not in ("llama", "qwen2", "qwen3", "gemma", "phi3",
+                                             "mistral", "granite", "smollm"):
+            log.warning("%s: architecture %r not tried with this engine", path,
+                        self.profile.architecture)
+        kv = KV_TYPES[config.kv_type]
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=config.n_ctx, n_threads=config.n_threads,
+                n_threads_batch=config.n_threads_batch or config.n_threads,
+                n_batch=config.chunk_tokens, n_ubatch=config.chunk_tokens,
+                n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, type_k=kv,
+                type_v=kv, seed=config.seed, verbose=False, logits_all=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise EngineError(f"llamacpp: could not load {path}: {err}") from err
+        self._ctx_ptr = self.llm._ctx.ctx
+        self._eos = self.llm.token_eos()
+        self._grammars: dict[str, Any] = {}
+        # The abort callback: one ctypes object kept alive for the engine's life; it reads
+        # plain attributes set per generation.
+        self._cb_deadline_ns: int | None = None
+        self._cb_abort: AbortSignal | None = None
+        self._cb_fired = False
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
+        self._null_cb = ctypes.cast(None, llama_cpp.ggml_abort_callback)
+        self._armed = False
+        self._abort_works = config.abort_callback and config.n_gpu_layers == 0
+        self._last_itl_ns = 0
+        self.closed = False
+
+    # --- abort callback ------------------------------------------------------------------------
+    def _should_abort(self, _data: Any) -> bool:
+        if self._cb_abort is not None and self._cb_abort.is_set():
+            self._cb_fired = True
+            return True
+        if self._cb_deadline_ns is not None and self.clock() >= self._cb_deadline_ns:
+            self._cb_fired = True
+            return True
+        return False
+
+    def _arm(self, on: bool) -> None:
+        if not self._abort_works or on == self._armed:
+            return
+        self._llama_cpp.llama_set_abort_callback(
+            self._ctx_ptr, self._abort_cb if on else self._null_cb, None)
+        self._armed = on
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _grammar(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        grammar = self._grammars.get(text)
+        if grammar is None:
+            grammar = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+            self._grammars[text] = grammar
+        return grammar
+
+    def _sampler(self, request: GenerationRequest) -> Any:
+        from llama_cpp import _internals
+
+        sampler = _internals.LlamaSampler()
+        grammar = self._grammar(request.grammar)
+        if grammar is not None:
+            sampler.add_grammar(self.llm._model, grammar)
+        if request.temperature <= 0:
+            sampler.add_greedy()
+        else:
+            sampler.add_temp(request.temperature)
+            sampler.add_dist(request.seed)
+        return sampler
+
+    def _reuse_prefix(self, tokens: list[int]) -> int:
+        """Keep the KV of the longest prefix shared with what is cached; return its length."""
+        llm = self.llm
+        keep = 0
+        if self.config.prefix_cache and llm.n_tokens > 0:
+            cached = llm.input_ids[: llm.n_tokens]
+            limit = min(len(cached), len(tokens) - 1)  # re-eval >= 1 token: it gives the logits
+            while keep < limit and cached[keep] == tokens[keep]:
+                keep += 1
+        if keep < llm.n_tokens:
+            llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+            llm.n_tokens = keep
+        return keep
+
+    def _eval(self, tokens: list[int]) -> bool:
+        """Evaluate tokens; False when llama.cpp aborted (the KV is trimmed back)."""
+        try:
+            self.llm.eval(tokens)
+            return True
+        except RuntimeError:
+            if not self._cb_fired:
+                raise
+            # Aborted mid-pass: nothing of this batch counts; drop any KV it wrote.
+            self.llm._ctx.kv_cache_seq_rm(-1, self.llm.n_tokens, -1)
+            return False
+
+    # --- the protocol ------------------------------------------------------------------------
+    def generate(self, request: GenerationRequest, *,
+                 abort: AbortSignal | None = None) -> GenerationTrace:
+        """Generate for ``request`` (see the module docstring); never raises for run-time
+        failures: the trace carries ``stop_reason="error"``."""
+        clock = self.clock
+        trace = GenerationTrace(started_ns=clock())
+        self._cb_deadline_ns, self._cb_abort, self._cb_fired = request.deadline_ns, abort, False
+        try:
+            self._generate(request, abort, trace)
+        except Exception as err:  # a broken model must not take the worker down
+            log.warning("llamacpp generation failed: %r", err)
+            trace.stop_reason, trace.error = StopReason.ERROR, f"{type(err).__name__}: {err}"
+            self.llm.n_tokens = 0  # unknown KV state: start clean next time
+            self.llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        finally:
+            self._arm(False)
+            trace.finished_ns = clock()
+        return trace
+
+    def _stop_now(self, request: GenerationRequest, abort: AbortSignal | None) -> StopReason | None:
+        if abort is not None and abort.is_set():
+            return StopReason.ABORTED
+        if request.deadline_ns is not None and self.clock() >= request.deadline_ns:
+            return StopReason.DEADLINE
+        return None
+
+    def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
+                  trace: GenerationTrace) -> None:
+        clock, llm, cfg = self.clock, self.llm, self.config
+        tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
+        trace.tokenized_ns = clock()
+        trace.prompt_tokens = len(tokens)
+        if len(tokens) + request.max_tokens > cfg.n_ctx:
+            raise EngineError(f"prompt of {len(tokens)} tokens + max_tokens "
+                              f"{request.max_tokens} exceeds n_ctx={cfg.n_ctx}")
+        keep = self._reuse_prefix(tokens)
+        trace.prefix_cache_tokens = keep
+        # Prefill, chunk by chunk; the callback is armed for the whole prefill.
+        self._arm(request.deadline_ns is not None or abort is not None)
+        for start in range(keep, len(tokens), cfg.chunk_tokens):
+            stop = self._stop_now(request, abort)
+            if stop is not None or not self._eval(tokens[start: start + cfg.chunk_tokens]):
+                trace.stop_reason = stop or (StopReason.ABORTED if abort is not None
+                                             and abort.is_set() else StopReason.DEADLINE)
+                return
+            trace.prefill_chunk_ns.append(clock())
+        self._arm(False)
+        sampler = self._sampler(request)
+        sample_ns = 0
+        text_bytes = b""
+        stop_reason = StopReason.MAX_TOKENS
+        for i in range(request.max_tokens):
+            t0 = clock()
+            token = sampler.sample(llm._ctx, -1)
+            now = clock()
+            sample_ns += now - t0
+            trace.token_ns.append(now)
+            trace.tokens.append(int(token))
+            if llm._model.token_is_eog(token) if hasattr(llm._model, "token_is_eog") \
+                    else token == self._eos:
+                stop_reason = StopReason.DONE
+                break
+            text_bytes += llm.detokenize([token], special=False)
+            if request.stop and any(s.encode() in text_bytes for s in request.stop):
+                stop_reason = StopReason.DONE
+                break
+            if i + 1 == request.max_tokens:
+                break
+            stop = self._stop_now(request, abort)
+            if stop is not None:
+                stop_reason = stop
+                break
+            if request.deadline_ns is not None and len(trace.token_ns) >= 2:
+                itl = trace.token_ns[-1] - trace.token_ns[-2]
+                self._arm(request.deadline_ns - now < cfg.arm_margin_steps * itl)
+            if not self._eval([int(token)]):
+                stop_reason = StopReason.ABORTED if abort is not None and abort.is_set() \
+                    else StopReason.DEADLINE
+                break
+        text = text_bytes.decode("utf-8", errors="replace")
+        for s in request.stop:
+            if s and s in text:
+                text = text[: text.index(s)]
+        trace.text = text
+        trace.stop_reason = stop_reason
+        trace.phases_extra_ns["sample"] = sample_ns
+        if request.grammar is not None:
+            trace.phases_extra_ns["grammar"] = sample_ns  # sampling time is grammar-dominated
+
+    def perf(self) -> dict[str, float]:
+        """Return llama.cpp's own timings (llama_perf_context): eval ms and counts."""
+        data = self._llama_cpp.llama_perf_context(self._ctx_ptr)
+        return {"t_p_eval_ms": data.t_p_eval_ms, "t_eval_ms": data.t_eval_ms,
+                "n_p_eval": data.n_p_eval, "n_eval": data.n_eval}
+
+    def perf_reset(self) -> None:
+        """Zero llama.cpp's own timings."""
+        self._llama_cpp.llama_perf_context_reset(self._ctx_ptr)
+
+    def info(self) -> dict[str, Any]:
+        """Return the configuration, the model file and the backend facts."""
+        return {"engine": self.name, **asdict(self.config), "model_path": str(self.model_path),
+                "model_bytes": os.path.getsize(self.model_path),
+                "architecture": self.profile.architecture, "quant": self.profile.quant,
+                "llama_cpp_python": self._llama_cpp.__version__,
+                "gpu_offload": bool(self._llama_cpp.llama_supports_gpu_offload()),
+                "abort_callback_effective": self._abort_works}
+
+    def close(self) -> None:
+        """Free the model and context (idempotent)."""
+        if not self.closed:
+            self.closed = True
+            self._arm(False)
+            self.llm.close()
+
+
+@register_engine("llamacpp")
+def make_llamacpp_engine(*, clock: Clock = DEFAULT_CLOCK, **options: Any) -> LlamaCppEngine:
+    """Create a :class:`LlamaCppEngine` from keyword options (fields of :class:`LlamaCppConfig`)."""
+    try:
+        config = LlamaCppConfig(**options)
+    except TypeError as err:
+        raise EngineError(f"llamacpp: {err}") from err
+    return LlamaCppEngine(config, clock=clock)

@@ -14,6 +14,7 @@ INSTALL_REQUIRES = [
     "gguf>=0.10",
     "rosbags>=0.10",
     "matplotlib>=3.5",
+    "tqdm>=4.60",
 ]
 
 EXTRAS = {

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -284,49 +285,79 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from robot_latency.planner.replay import replay
-    from robot_latency.planner.session import PlannerRun, RunConfig
-    from robot_latency.streams import read_stream
+@dataclass(frozen=True)
+class RunPoint:
+    """One configuration of a run or a sweep: the axes a sweep can vary."""
 
-    stream = read_stream(args.stream, topic=args.topic,
-                         on_bad_line="skip" if args.skip_bad_lines else "error")
-    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+    engine: str
+    model: str | None
+    quant: str | None
+    device: str
+    deadline_ms: float
+    period_ms: float
+    label: str | None = None
+
+
+def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
+                stream: Any) -> Any:
+    """Build the RunConfig of one configuration from the command line and a point."""
+    from robot_latency.planner.session import RunConfig
+
+    planner = PlannerConfig(period_ms=point.period_ms, deadline_ms=point.deadline_ms,
                             mode=args.mode, max_tokens=args.max_tokens,
                             fallback=tuple(f.strip() for f in args.fallback.split(",")),
                             publish_margin_ms=args.publish_margin_ms)
     options = _engine_options(args)
-    if args.engine == "sim":
+    if point.engine == "sim":
         # The simulated engine predicts the target device: it runs "on" it.
-        options = {"device": args.device, "model": args.model or "qwen2.5-0.5b",
-                   "quant": args.quant if args.quant else "Q4_K_M", **options}
-        host_device = args.device
+        options = {"device": point.device, "model": point.model or "qwen2.5-0.5b",
+                   "quant": point.quant or "Q4_K_M", **options}
+        host_device, model, quant = point.device, options["model"], options["quant"]
     else:
-        if args.model:
-            options.setdefault("model_path", args.model)
-        host_device = "host"
-    model = args.model or options.get("model") or options.get("model_path")
-    quant = options.get("quant") if args.engine == "sim" else args.quant
-    config = RunConfig(planner=planner, log_dir=Path(args.out), engine=args.engine,
-                       engine_options=options, runner=args.runner, model=model, quant=quant,
-                       host_device=host_device, target_device=args.device,
-                       label=args.label or f"{args.engine} {Path(str(model)).name} "
-                                           f"{quant or ''}".strip(),
-                       extra={"stream": {"path": str(args.stream), "name": stream.name,
-                                         "topic": stream.topic,
-                                         "commands": len(stream.commands),
-                                         "skipped_lines": list(stream.skipped_lines)},
-                              "replay": {"mode": "asap" if args.asap else "recorded",
-                                         "speed": None if args.asap else args.speed}})
-    with PlannerRun(config, publish=lambda envelope: None) as run:
-        cycles = replay(run.loop, stream, speed=args.speed, asap=args.asap)
-        summary = run.close()
-    log.info("%d cycles recorded in %s", cycles, args.out)
-    if args.json:
-        _emit_json(summary)
-        return 0
+        model_path = _model_for_quant(point.model, point.quant)
+        if model_path:
+            options.setdefault("model_path", model_path)
+        host_device, model, quant = "host", options.get("model_path"), None
+        if model is None and point.engine == "llamacpp":
+            from robot_latency.engines.llamacpp import resolve_model_path
+
+            model = str(resolve_model_path(""))
+    label = point.label or " ".join(str(x) for x in (
+        point.engine, Path(str(model)).name if model else None, quant or point.quant,
+        point.device, f"{point.deadline_ms:g}ms") if x)
+    return RunConfig(planner=planner, log_dir=out, engine=point.engine,
+                     engine_options=options, runner=args.runner, model=model, quant=quant,
+                     host_device=host_device, target_device=point.device, label=label,
+                     extra={"stream": {"path": str(args.stream), "name": stream.name,
+                                       "topic": stream.topic,
+                                       "commands": len(stream.commands),
+                                       "skipped_lines": list(stream.skipped_lines)},
+                            "replay": {"mode": "asap" if args.asap else "recorded",
+                                       "speed": None if args.asap else args.speed}})
+
+
+def _model_for_quant(model: str | None, quant: str | None) -> str | None:
+    """Return the GGUF for a model at a quant level (the built ladder), or the model as is."""
+    if quant is None:
+        return model
+    try:
+        from robot_latency.models import ladder  # built by `robot-latency models build`
+    except ImportError as err:
+        raise UsageError(f"--quant {quant}: this version has no quantization ladder; "
+                         "pass a quantized GGUF with --model") from err
+    return str(ladder.ladder_model_path(model, quant))
+
+
+def _read_stream(args: argparse.Namespace) -> Any:
+    from robot_latency.streams import read_stream
+
+    return read_stream(args.stream, topic=args.topic,
+                       on_bad_line="skip" if args.skip_bad_lines else "error")
+
+
+def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any]) -> None:
     ci = summary["deadline_miss_rate_ci95"]
-    _out(f"run {args.out}: {summary['cycles']} cycles"
+    _out(f"run {out}: {summary['cycles']} cycles"
          + (" (as fast as possible: no arrival process, no queueing measured)"
             if args.asap else f" (recorded pace x{args.speed:g})"))
     if summary["cycles"]:
@@ -337,8 +368,68 @@ def cmd_run(args: argparse.Namespace) -> int:
                                          for k in ("p50", "p90", "p99", "max")]
             for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
     _out(_table(["metric", "n", "p50", "p90", "p99", "max"], rows))
-    for w in summary["warnings"]:
-        _out(f"warning: {w}")
+    thin = [w.split(":")[0] for w in summary["warnings"] if "p99 from only" in w]
+    if thin:
+        _out(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from robot_latency.planner.replay import run_replay
+
+    stream = _read_stream(args)
+    point = RunPoint(engine=args.engine, model=args.model, quant=args.quant, device=args.device,
+                     deadline_ms=args.deadline_ms, period_ms=args.period_ms, label=args.label)
+    out = Path(args.out)
+    summary = run_replay(_run_config(args, point, out, stream), stream, speed=args.speed,
+                         asap=args.asap)
+    if args.json:
+        _emit_json(summary)
+    else:
+        _print_summary(args, out, summary)
+    return 0
+
+
+def _split(text: str | None, cast: Any = str) -> list[Any]:
+    return [cast(x.strip()) for x in text.split(",") if x.strip()] if text else []
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from robot_latency.planner.replay import run_replay
+    from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
+
+    stream = _read_stream(args)
+    axes = {
+        "engine": _split(args.engines) or [args.engine],
+        "quant": _split(args.quants) or [args.quant],
+        "device": _split(args.devices) or [args.device],
+        "deadline_ms": _split(args.deadlines, float) or [args.deadline_ms],
+    }
+    points = [RunPoint(engine=e, model=args.model, quant=q, device=d, deadline_ms=dl,
+                       period_ms=max(args.period_ms, dl))
+              for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
+              for dl in axes["deadline_ms"]]
+    varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
+    run_dirs = []
+    for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
+                      disable=not sys.stderr.isatty() and not args.progress):
+        label = " ".join(f"{getattr(point, k):g}ms" if k == "deadline_ms"
+                         else str(getattr(point, k)) for k in varied)
+        point = RunPoint(**{**point.__dict__, "label": label})
+        run_dir = out / label.replace(" ", "_").replace("/", "-")
+        run_replay(_run_config(args, point, run_dir, stream), stream, speed=args.speed,
+                   asap=args.asap)
+        run_dirs.append(run_dir)
+    rows = compare_runs(run_dirs)
+    to_csv(rows, out / "comparison.csv")
+    to_json(rows, out / "comparison.json")
+    _out(to_markdown(rows))
+    _out(f"\n{len(run_dirs)} runs in {out}; comparison.csv and comparison.json written. "
+         f"Plots: robot-latency report {out}/*/")
     return 0
 
 
@@ -384,6 +475,30 @@ def _count(text: str) -> int:
     if not value >= 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return round(value)
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
+    p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="JSONL: skip bad lines (reported) instead of stopping")
+    p.add_argument("--engine", default="sim", help="engine name (sim, llamacpp, onnx)")
+    p.add_argument("--model", default=None, help="GGUF path, or a preset for the sim engine")
+    p.add_argument("--quant", default=None, help="quant type (a preset's, or a ladder level)")
+    p.add_argument("--device", default="orin-nano-8gb",
+                   help="target device profile (the sim engine simulates it)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
+                   help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
+    p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--deadline-ms", type=float, default=150.0)
+    p.add_argument("--period-ms", type=float, default=200.0)
+    p.add_argument("--publish-margin-ms", type=float, default=2.0)
+    p.add_argument("--mode", default="periodic", choices=("periodic", "event"))
+    p.add_argument("--max-tokens", type=_positive_int, default=24)
+    p.add_argument("--fallback", default="rule,hold,stop", help="fallback chain, in order")
+    p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
+    p.add_argument("--asap", action="store_true",
+                   help="ignore recorded times: one cycle per command, back to back")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -460,31 +575,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replays a rosbag2 bag, a bare .mcap or a JSONL stream through the "
                     "deadline-enforced planner at the recorded pace (or --asap) and writes "
                     "OUT/cycles.jsonl, OUT/summary.json and OUT/manifest.json.")
-    p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
-    p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
-    p.add_argument("--skip-bad-lines", action="store_true",
-                   help="JSONL: skip bad lines (reported) instead of stopping")
-    p.add_argument("--engine", default="sim", help="engine name (sim, llamacpp, onnx)")
-    p.add_argument("--model", default=None, help="GGUF path, or a preset for the sim engine")
-    p.add_argument("--quant", default=None, help="quant type of a preset")
-    p.add_argument("--device", default="orin-nano-8gb",
-                   help="target device profile (the sim engine simulates it)")
-    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
-                   help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
-    p.add_argument("--runner", default="process", choices=("process", "inline"))
-    p.add_argument("--deadline-ms", type=float, default=150.0)
-    p.add_argument("--period-ms", type=float, default=200.0)
-    p.add_argument("--publish-margin-ms", type=float, default=2.0)
-    p.add_argument("--mode", default="periodic", choices=("periodic", "event"))
-    p.add_argument("--max-tokens", type=_positive_int, default=24)
-    p.add_argument("--fallback", default="rule,hold,stop", help="fallback chain, in order")
-    p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
-    p.add_argument("--asap", action="store_true",
-                   help="ignore recorded times: one cycle per command, back to back")
+    _add_run_args(p)
     p.add_argument("--label", default=None, help="name of this configuration in comparisons")
     p.add_argument("--out", required=True, help="run directory to create")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "sweep", help="run several configurations on one stream and compare them",
+        description="Runs every combination of the given axes (--quants, --engines, --devices, "
+                    "--deadlines) on the same stream, one run directory each under OUT, then "
+                    "prints the comparison table and writes OUT/comparison.csv and .json.")
+    _add_run_args(p)
+    p.add_argument("--quants", default=None, help="comma-separated quant types")
+    p.add_argument("--engines", default=None, help="comma-separated engine names")
+    p.add_argument("--devices", default=None, help="comma-separated target device ids")
+    p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
+    p.add_argument("--progress", action="store_true", help="progress bar even without a tty")
+    p.add_argument("--out", required=True, help="sweep directory to create")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="compare run directories; write plots and report.md")
     p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")

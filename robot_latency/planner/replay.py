@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
+from typing import Any
 
-from robot_latency.planner.loop import PlannerLoop
+from robot_latency.planner.loop import PlannerLoop, Publisher
 from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.session import PlannerRun, RunConfig
 from robot_latency.streams import CommandStream
 
 log = logging.getLogger(__name__)
@@ -64,3 +66,15 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
     period = loop.config.period_ns
     n_cycles = math.floor((arrivals[-1].arrival_ns - start) / period) + 1 + tail_cycles
     return loop.run_periodic(n_cycles, start_ns=start, feed=feed)
+
+
+def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
+               asap: bool = False, publish: Publisher | None = None) -> dict[str, Any]:
+    """Replay ``stream`` into a new run directory; return its summary.
+
+    Raises:
+        RunError: the run could not start (log directory, engine, model).
+    """
+    with PlannerRun(config, publish=publish or (lambda envelope: None)) as run:
+        replay(run.loop, stream, speed=speed, asap=asap)
+        return run.close()

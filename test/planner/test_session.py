@@ -141,3 +141,23 @@ def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert (tmp_path / "report" / name).stat().st_size > 0
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_cli_sweep_over_devices_and_deadlines(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _stream(tmp_path, [0, 100, 200])
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--stream", str(path), "--devices", "orin-agx-64gb,orin-nano-4gb",
+                 "--deadlines", "40,80", "--runner", "inline", "--asap", "--mode", "event",
+                 "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    rows = json.loads((out / "comparison.json").read_text())["rows"]
+    assert len(rows) == 4
+    assert {r["label"] for r in rows} == {"orin-agx-64gb 40ms", "orin-agx-64gb 80ms",
+                                          "orin-nano-4gb 40ms", "orin-nano-4gb 80ms"}
+    assert "orin-nano-4gb 40ms" in table
+    assert (out / "comparison.csv").read_text().startswith("label,")
+    # a slower device never misses less at the same deadline (3 commands, same stream)
+    by = {r["label"]: r for r in rows}
+    assert by["orin-nano-4gb 40ms"]["model_misses"] >= by["orin-agx-64gb 40ms"]["model_misses"]
+    assert main(["sweep", "--stream", str(path), "--out", str(out)]) == 2  # not empty

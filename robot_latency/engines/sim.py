@@ -63,6 +63,8 @@ class SimConfig:
         overhead_ms: fixed per-step overhead (kernel launches, sampling) added to the floor.
         tokens_per_word: prompt tokens per whitespace-separated word (no tokenizer here).
         cached_prefix_tokens: prompt tokens served from the prefix cache (not prefilled).
+        busy_wait: spend simulated time spinning on a core instead of sleeping, to load the
+            CPU the way a real CPU engine does (for measuring the loop under contention).
         seed: jitter seed.
     """
 
@@ -77,6 +79,7 @@ class SimConfig:
     overhead_ms: float = 0.0
     tokens_per_word: float = 1.3
     cached_prefix_tokens: int = 0
+    busy_wait: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -102,8 +105,12 @@ class SimEngine:
         self.config = config or SimConfig()
         self.clock = clock
         if sleep_ns is None:
-            sleep_ns = (clock.advance if isinstance(clock, ScriptedClock)
-                        else (lambda ns: time.sleep(ns / 1e9)))
+            if isinstance(clock, ScriptedClock):
+                sleep_ns = clock.advance
+            elif self.config.busy_wait:
+                sleep_ns = self._spin
+            else:
+                sleep_ns = lambda ns: time.sleep(ns / 1e9)  # noqa: E731
         self._sleep_ns = sleep_ns
         self._responder = responder
         self._rng = np.random.default_rng(self.config.seed)
@@ -121,6 +128,11 @@ class SimEngine:
         # ns per prompt token at the compute floor (None: device without a FLOP/s figure).
         self.prefill_ns_per_token = (
             None if peak is None else 2.0 * prefill_params(model) / peak * 1e9)
+
+    def _spin(self, ns: int) -> None:
+        end = self.clock() + ns
+        while self.clock() < end:
+            pass
 
     def info(self) -> dict[str, Any]:
         """Return the configuration and the floor it derives its timings from."""

@@ -29,9 +29,15 @@ log = logging.getLogger(__name__)
 
 
 def _worker_main(conn: Connection, abort: Any, engine_name: str,
-                 options: dict[str, Any]) -> None:
+                 options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None) -> None:
     """Create the engine, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
+    # The loop must win the CPU when both want it: the engine runs at a lower priority, and on
+    # its own cores when told which.
+    if nice:
+        os.nice(nice)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     from robot_latency.engines.base import create_engine
 
     try:
@@ -66,16 +72,21 @@ class ProcessRunner:
             the worker is killed and restarted.
         load_timeout_s: how long the worker may take to load the model.
         clock: the loop's clock (must be ``time.perf_counter_ns``-compatible across processes).
+        worker_nice: niceness added to the worker, so the loop's thread wins the CPU.
+        worker_cpus: CPUs the worker may run on (None: any); leave one to the loop.
     """
 
     def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
                  hang_timeout_ms: float = 1000.0, load_timeout_s: float = 120.0,
-                 clock: Clock = DEFAULT_CLOCK) -> None:
+                 clock: Clock = DEFAULT_CLOCK, worker_nice: int = 5,
+                 worker_cpus: tuple[int, ...] | None = None) -> None:
         self.engine_name = engine_name
         self.options = dict(options or {})
         self.hang_timeout_ns = int(hang_timeout_ms * 1e6)
         self.load_timeout_s = load_timeout_s
         self.clock = clock
+        self.worker_nice = worker_nice
+        self.worker_cpus = worker_cpus
         self._ctx = mp.get_context("spawn")  # no fork of the loop's threads or a loaded model
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -112,7 +123,8 @@ class ProcessRunner:
         self._abort = self._ctx.Event()
         self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
                                        args=(child, self._abort, self.engine_name,
-                                             self.options), daemon=True)
+                                             self.options, self.worker_nice,
+                                             self.worker_cpus), daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -178,7 +190,8 @@ class ProcessRunner:
 
     def info(self) -> dict[str, Any]:
         return {"runner": "process", "hang_timeout_ms": self.hang_timeout_ns / 1e6,
-                "restarts": self.restarts, **self.engine_info}
+                "restarts": self.restarts, "worker_nice": self.worker_nice,
+                "worker_cpus": self.worker_cpus, **self.engine_info}
 
     # --- one generation ---------------------------------------------------------------------
     def _drain_late(self) -> None:

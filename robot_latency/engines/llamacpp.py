@@ -57,6 +57,13 @@ class LlamaCppConfig:
         prefix_cache: reuse the KV of the prefix shared with the previous prompt.
         abort_callback: arm llama.cpp's abort callback near deadlines (CPU backend only).
         arm_margin_steps: in decode, arm the callback once the deadline is this many ITLs away.
+        draft: speculative decoding: "" (off), "model" (``draft_model_path``) or
+            "prompt_lookup" (n-gram lookup in the context).
+        draft_model_path: the draft GGUF (same vocabulary as the target).
+        draft_k: tokens drafted per round.
+        draft_adaptive: adapt k each round (grow after a fully accepted round, shrink after a
+            rejection), between 1 and ``draft_k``.
+        draft_n_threads: CPU threads of the draft model.
         seed: sampling seed.
     """
 
@@ -71,6 +78,11 @@ class LlamaCppConfig:
     prefix_cache: bool = True
     abort_callback: bool = True
     arm_margin_steps: float = 2.0
+    draft: str = ""
+    draft_model_path: str = ""
+    draft_k: int = 4
+    draft_adaptive: bool = False
+    draft_n_threads: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -89,6 +101,12 @@ class LlamaCppConfig:
             raise bad("kv_type", f"must be one of {sorted(KV_TYPES)}")
         if self.n_gpu_layers < -1:
             raise bad("n_gpu_layers", "must be >= -1 (-1: all)")
+        if self.draft not in ("", "model", "prompt_lookup"):
+            raise bad("draft", "must be '', 'model' or 'prompt_lookup'")
+        if self.draft == "model" and not self.draft_model_path:
+            raise bad("draft_model_path", "is required when draft='model'")
+        if not 1 <= self.draft_k <= 32:
+            raise bad("draft_k", "must be in 1..32")
 
 
 def resolve_model_path(model_path: str) -> Path:
@@ -152,6 +170,17 @@ class LlamaCppEngine:
         self._armed = False
         self._abort_works = config.abort_callback and config.n_gpu_layers == 0
         self._last_itl_ns = 0
+        self.drafter: Any = None
+        if config.draft == "model":
+            from robot_latency.engines.speculative import DraftModelDrafter
+
+            self.drafter = DraftModelDrafter(config.draft_model_path,
+                                             n_threads=config.draft_n_threads,
+                                             n_ctx=config.n_ctx, target_vocab=self.llm.n_vocab())
+        elif config.draft == "prompt_lookup":
+            from robot_latency.engines.speculative import PromptLookupDrafter
+
+            self.drafter = PromptLookupDrafter()
         self.closed = False
 
     # --- abort callback ------------------------------------------------------------------------
@@ -269,6 +298,9 @@ class LlamaCppEngine:
                 return
             trace.prefill_chunk_ns.append(clock())
         self._arm(False)
+        if self.drafter is not None:
+            self._decode_speculative(request, abort, trace, tokens)
+            return
         sampler = self._sampler(request)
         sample_ns = 0
         text_bytes = b""
@@ -311,6 +343,82 @@ class LlamaCppEngine:
         if request.grammar is not None:
             trace.phases_extra_ns["grammar"] = sample_ns  # sampling time is grammar-dominated
 
+    def _is_end(self, token: int) -> bool:
+        return token == self._eos
+
+    def _eval_verify(self, batch: list[int]) -> None:
+        """Evaluate ``batch`` with logits at every position (for verification)."""
+        llm = self.llm
+        n_past = llm.n_tokens
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llm._batch.set_batch(batch=batch, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[n_past: n_past + len(batch)] = batch
+        llm.n_tokens += len(batch)
+
+    def _decode_speculative(self, request: GenerationRequest, abort: AbortSignal | None,
+                            trace: GenerationTrace, prompt: list[int]) -> None:
+        """Greedy decoding with draft-and-verify rounds; output identical to plain greedy."""
+        from robot_latency.engines.speculative import SpecStats
+
+        clock, llm, cfg = self.clock, self.llm, self.config
+        sampler = self._sampler(request)
+        grammar = self._grammar(request.grammar)
+        stats = SpecStats(k=cfg.draft_k)
+        out: list[int] = []
+        stop_reason = StopReason.MAX_TOKENS
+        k = cfg.draft_k
+        # The first token comes from the prefill's logits.
+        pending = int(sampler.sample(llm._ctx, -1))
+        trace.token_ns.append(clock())
+        out.append(pending)
+        done = self._is_end(pending)
+        while not done and len(out) < request.max_tokens:
+            stop = self._stop_now(request, abort)
+            if stop is not None:
+                stop_reason = stop
+                break
+            t0 = clock()
+            room = request.max_tokens - len(out)
+            draft = self.drafter.draft(prompt + out, min(k, room - 1) if room > 1 else 0,
+                                       grammar=grammar, output_start=len(prompt)) \
+                if room > 1 else []
+            t1 = clock()
+            n_past = llm.n_tokens
+            self._eval_verify([pending, *draft])
+            t2 = clock()
+            accepted = 0
+            for j in range(len(draft) + 1):
+                tok = int(sampler.sample(llm._ctx, j))
+                trace.token_ns.append(clock())
+                out.append(tok)
+                if self._is_end(tok) or len(out) >= request.max_tokens:
+                    done = True
+                    break
+                if j < len(draft) and tok == draft[j]:
+                    accepted += 1
+                    continue
+                break
+            # Keep the KV of `pending` and the accepted drafts; the last sampled token is the
+            # new pending one, evaluated in the next round.
+            keep = n_past + 1 + accepted
+            if llm.n_tokens > keep:
+                llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+                llm.n_tokens = keep
+            pending = out[-1]
+            stats.add_round(len(draft), accepted, t1 - t0, t2 - t1)
+            if cfg.draft_adaptive and draft:
+                k = min(cfg.draft_k, k + 1) if accepted == len(draft) else max(1, accepted)
+        if done:
+            stop_reason = StopReason.DONE if self._is_end(out[-1]) else StopReason.MAX_TOKENS
+        trace.tokens = out
+        body = out[:-1] if out and self._is_end(out[-1]) else out
+        trace.text = llm.detokenize(body, special=False).decode("utf-8", errors="replace")
+        trace.stop_reason = stop_reason
+        trace.draft = stats.to_dict()
+        trace.phases_extra_ns["draft"] = stats.draft_ns
+        trace.phases_extra_ns["verify"] = stats.verify_ns
+
     def perf(self) -> dict[str, float]:
         """Return llama.cpp's own timings (llama_perf_context): eval ms and counts."""
         data = self._llama_cpp.llama_perf_context(self._ctx_ptr)
@@ -335,6 +443,8 @@ class LlamaCppEngine:
         if not self.closed:
             self.closed = True
             self._arm(False)
+            if self.drafter is not None:
+                self.drafter.close()
             self.llm.close()
 
 

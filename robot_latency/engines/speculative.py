@@ -1,0 +1,180 @@
+"""Speculative decoding at batch 1: drafters, per-round statistics and the formula's prediction.
+
+A drafter proposes up to k tokens; the target scores them all in one pass and keeps the longest
+prefix its own greedy choice agrees with, plus one token of its own. At temperature 0 the output
+is exactly the target's (REFERENCE section 2). The verify loop lives in the llama.cpp engine,
+which owns the target's KV cache; this module holds what is independent of it:
+
+* :class:`DraftModelDrafter` — a second, smaller llama.cpp model drafting greedily (with the same
+  grammar as the target, which raises acceptance);
+* :class:`PromptLookupDrafter` — n-gram lookup in the context (llama-cpp-python's
+  ``LlamaPromptLookupDecoding``);
+* :class:`SpecStats` — drafted, accepted, draft and verify time per round, and the measured
+  alpha, cost ratio c and the speedup the formula predicts from them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from robot_latency.engines.base import EngineError
+from robot_latency.floor.predict import specdec_speedup
+
+log = logging.getLogger(__name__)
+
+
+class Drafter(Protocol):
+    """Proposes tokens to continue ``context`` (prompt and output so far, token ids)."""
+
+    name: str
+
+    def draft(self, context: list[int], k: int, *, grammar: Any = None,
+              output_start: int = 0) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class SpecStats:
+    """Speculative-decoding counters of one generation (times in ns)."""
+
+    k: int
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_ns: int = 0
+    verify_ns: int = 0
+    per_round: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted)
+
+    def add_round(self, drafted: int, accepted: int, draft_ns: int, verify_ns: int) -> None:
+        """Count one draft-and-verify round."""
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_ns += draft_ns
+        self.verify_ns += verify_ns
+        self.per_round.append((drafted, accepted))
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance rate: accepted / drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c: draft time per drafted token over target time per verify pass."""
+        if not self.drafted or not self.rounds or not self.verify_ns:
+            return None
+        return (self.draft_ns / self.drafted) / (self.verify_ns / self.rounds)
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """The formula's speedup from the measured alpha and c (v taken as 0)."""
+        alpha, c = self.alpha, self.cost_ratio
+        if alpha is None or c is None:
+            return None
+        return specdec_speedup(min(alpha, 1.0), self.k, c)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the record form (with the derived alpha, c and predicted speedup)."""
+        d = asdict(self)
+        d.update(alpha=self.alpha, cost_ratio=self.cost_ratio,
+                 predicted_speedup=self.predicted_speedup)
+        return d
+
+
+class PromptLookupDrafter:
+    """Draft by n-gram lookup in the context (no model; costs microseconds)."""
+
+    name = "prompt_lookup"
+
+    def __init__(self, max_ngram_size: int = 2) -> None:
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self._find = LlamaPromptLookupDecoding.find_candidate_pred_tokens
+        self.max_ngram_size = max_ngram_size
+
+    def draft(self, context: list[int], k: int, *, grammar: Any = None,
+              output_start: int = 0) -> list[int]:
+        """Return up to k tokens that followed the context's last n-gram earlier in it."""
+        ids = np.asarray(context, dtype=np.intc)
+        return [int(t) for t in self._find(ids, self.max_ngram_size, k)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class DraftModelDrafter:
+    """Draft greedily with a second llama.cpp model that shares the target's vocabulary.
+
+    Its KV cache keeps the longest prefix shared with the previous call, so each round only
+    evaluates the tokens accepted since.
+    """
+
+    name = "draft_model"
+
+    def __init__(self, model_path: str, *, n_threads: int = 1, n_ctx: int = 512,
+                 target_vocab: int | None = None) -> None:
+        import llama_cpp
+
+        try:
+            self.llm = llama_cpp.Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads,
+                                       n_threads_batch=n_threads, n_batch=64, n_ubatch=64,
+                                       verbose=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise EngineError(f"draft model {model_path}: could not load: {err}") from err
+        if target_vocab is not None and self.llm.n_vocab() != target_vocab:
+            raise EngineError(f"draft model {model_path}: vocabulary of {self.llm.n_vocab()} "
+                              f"tokens, the target has {target_vocab}: they must match")
+        self.model_path = model_path
+
+    def _sync(self, context: list[int]) -> None:
+        llm = self.llm
+        keep = 0
+        # Re-evaluate at least the last token: its logits are what the first draft samples from.
+        limit = min(llm.n_tokens, len(context) - 1)
+        cached = llm.input_ids
+        while keep < limit and cached[keep] == context[keep]:
+            keep += 1
+        if keep < llm.n_tokens:
+            llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+            llm.n_tokens = keep
+        if keep < len(context):
+            llm.eval(context[keep:])
+
+    def draft(self, context: list[int], k: int, *, grammar: Any = None,
+              output_start: int = 0) -> list[int]:
+        """Return k greedy tokens continuing ``context`` (fewer if the model ends).
+
+        Args:
+            context: prompt and output token ids; the last one is not yet evaluated anywhere.
+            k: tokens to draft.
+            grammar: the target's LlamaGrammar; applied here too (state rebuilt from the output).
+            output_start: where the output starts in ``context`` (grammar state from there).
+        """
+        from llama_cpp import _internals
+
+        llm = self.llm
+        self._sync(context)
+        sampler = _internals.LlamaSampler()
+        if grammar is not None:
+            sampler.add_grammar(llm._model, grammar)
+        sampler.add_greedy()
+        for tok in context[output_start:]:
+            sampler.accept(tok)
+        out: list[int] = []
+        for _ in range(k):
+            tok = int(sampler.sample(llm._ctx, -1))
+            out.append(tok)
+            if tok == llm.token_eos():
+                break
+            llm.eval([tok])
+        return out
+
+    def close(self) -> None:
+        """Free the draft model."""
+        self.llm.close()

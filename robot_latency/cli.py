@@ -381,11 +381,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                      deadline_ms=args.deadline_ms, period_ms=args.period_ms, label=args.label)
     out = Path(args.out)
     summary = run_replay(_run_config(args, point, out, stream), stream, speed=args.speed,
-                         asap=args.asap)
+                         asap=args.asap, handle_signals=True)
     if args.json:
         _emit_json(summary)
     else:
         _print_summary(args, out, summary)
+    if summary.get("interrupted"):
+        # Like a shell's 128 + SIGINT: the run stopped early, though its files are complete.
+        sys.stderr.write(f"robot-latency run: interrupted after {summary['cycles']} cycles; "
+                         f"{out} is complete up to there\n")
+        return 130
     return 0
 
 

@@ -309,7 +309,8 @@ class PlannerLoop:
         self.next_cycle += 1
         return cycle
 
-    def run_events(self, commands: Iterable[InboundCommand]) -> int:
+    def run_events(self, commands: Iterable[InboundCommand], *,
+                   should_stop: Callable[[], bool] | None = None) -> int:
         """Event mode: each command starts a cycle at its arrival (commands in arrival order).
 
         A command whose deadline passed before the loop was free is recorded as a skipped miss.
@@ -317,6 +318,8 @@ class PlannerLoop:
         """
         n = 0
         for command in commands:
+            if should_stop is not None and should_stop():
+                break
             self.sleep_until(command.arrival_ns)
             if self.clock() >= command.arrival_ns + self.config.deadline_ns:
                 self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from robot_latency.planner.loop import PlannerLoop, Publisher
@@ -31,7 +33,8 @@ def _arrivals(stream: CommandStream, start_ns: int, speed: float) -> list[Inboun
 
 
 def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
-           asap: bool = False, tail_cycles: int = 1) -> int:
+           asap: bool = False, tail_cycles: int = 1,
+           should_stop: Callable[[], bool] | None = None) -> int:
     """Replay ``stream`` through ``loop``; return the number of cycles recorded.
 
     Args:
@@ -40,6 +43,7 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
         speed: time compression of the recording (2.0 plays it twice as fast).
         asap: ignore recorded times: one cycle per command, back to back.
         tail_cycles: periodic mode: ticks to run after the last command arrives.
+        should_stop: polled before each cycle; True ends the replay early (e.g. on SIGTERM).
     """
     if not stream.commands:
         log.warning("stream %s holds no commands; nothing to replay", stream.source)
@@ -48,13 +52,13 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
         def back_to_back() -> Iterator[InboundCommand]:
             for c in stream.commands:
                 yield InboundCommand(c.command_id, c.text, loop.clock())
-        return loop.run_events(back_to_back())
+        return loop.run_events(back_to_back(), should_stop=should_stop)
     if not speed > 0:
         raise ValueError(f"speed must be > 0, got {speed!r}")
     start = loop.clock()
     arrivals = _arrivals(stream, start, speed)
     if loop.config.mode == "event":
-        return loop.run_events(arrivals)
+        return loop.run_events(arrivals, should_stop=should_stop)
     pending = iter(arrivals)
     nxt: list[InboundCommand | None] = [next(pending, None)]
 
@@ -65,16 +69,35 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
 
     period = loop.config.period_ns
     n_cycles = math.floor((arrivals[-1].arrival_ns - start) / period) + 1 + tail_cycles
-    return loop.run_periodic(n_cycles, start_ns=start, feed=feed)
+    return loop.run_periodic(n_cycles, start_ns=start, feed=feed, should_stop=should_stop)
 
 
 def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
-               asap: bool = False, publish: Publisher | None = None) -> dict[str, Any]:
+               asap: bool = False, publish: Publisher | None = None,
+               handle_signals: bool = False) -> dict[str, Any]:
     """Replay ``stream`` into a new run directory; return its summary.
+
+    With ``handle_signals``, SIGINT and SIGTERM end the replay after the current cycle: the
+    cycle log is complete and flushed, and summary.json is written from it.
 
     Raises:
         RunError: the run could not start (log directory, engine, model).
     """
-    with PlannerRun(config, publish=publish or (lambda envelope: None)) as run:
-        replay(run.loop, stream, speed=speed, asap=asap)
-        return run.close()
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.warning("signal %d: stopping after the current cycle", signum)
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        with PlannerRun(config, publish=publish or (lambda envelope: None)) as run:
+            replay(run.loop, stream, speed=speed, asap=asap, should_stop=stop.is_set)
+            summary = run.close()
+        summary["interrupted"] = stop.is_set()
+        return summary
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -161,3 +161,33 @@ def test_cli_sweep_over_devices_and_deadlines(tmp_path: Path,
     by = {r["label"]: r for r in rows}
     assert by["orin-nano-4gb 40ms"]["model_misses"] >= by["orin-agx-64gb 40ms"]["model_misses"]
     assert main(["sweep", "--stream", str(path), "--out", str(out)]) == 2  # not empty
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_mid_run_leaves_complete_files(tmp_path: Path, sig: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = _stream(tmp_path, [i * 50 for i in range(400)])
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "robot_latency.cli", "run", "--stream",
+                             str(path), "--device", "orin-agx-64gb", "--deadline-ms", "40",
+                             "--period-ms", "50", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until cycles are being written
+        log = out / "cycles.jsonl"
+        if log.exists() and log.read_text().count("\n") >= 5:
+            break
+        time.sleep(0.1)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = (out / "cycles.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # every line parses
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cycles"] == len(lines)
+    assert 5 <= len(lines) < 400
+    assert json.loads((out / "manifest.json").read_text())["status"] == "finished"

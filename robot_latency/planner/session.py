@@ -156,8 +156,10 @@ class PlannerRun:
     """
 
     def __init__(self, config: RunConfig, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
-                 sleep_until: Callable[[int], None] | None = None) -> None:
+                 sleep_until: Callable[[int], None] | None = None,
+                 on_record: Callable[[CycleRecord], None] | None = None) -> None:
         self.config = config
+        self.on_record = on_record
         self.clock = clock
         self.log_dir = Path(config.log_dir)
         self._check_log_dir()
@@ -238,6 +240,12 @@ class PlannerRun:
             t = self.telemetry.read()
             rec.telemetry = t.to_dict() if t is not None else None
         self.sink.write(rec)
+        if self.on_record is not None:
+            # After the record is on disk; a failing consumer never reaches the loop.
+            try:
+                self.on_record(rec)
+            except Exception as err:
+                log.error("cycle %d: record consumer failed: %r", rec.cycle, err)
 
     # --- manifest, summary, close ------------------------------------------------------------
     def manifest(self, status: str) -> dict[str, Any]:

@@ -145,6 +145,7 @@ class ProcessRunner:
             self._stop_worker(polite=False)
             return False
         self.engine_info = payload
+        self.load_error = None
         self._loading = False
         return True
 

@@ -1,25 +1,160 @@
-"""The `bag_replayer` executable (ROS 2). Not implemented yet."""
+"""The ``bag_replayer`` executable: publish a recorded command stream at its recorded pace.
+
+Reads a rosbag2 directory, a bare ``.mcap`` or a ``.jsonl`` stream (robot_latency.streams) and
+publishes each command as std_msgs/String on ``planner/command`` (relative: ``/planner/command``
+in the root namespace; remap with ``-r planner/command:=/other``). Send times are fixed against
+one absolute start time (see :mod:`robot_latency.ros.pacing`), so a late publish never delays
+the rest: the planner sees the arrival process that was recorded. With ``planner_node`` this is
+the whole pipeline, DDS included.
+
+    bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0
+    ros2 run robot_latency bag_replayer --ros-args -p bag:=/data/session.mcap -p loop_count:=3
+
+Exit status: 0 when every command was sent, 1 when the stream cannot be read or a send failed,
+2 for a bad parameter.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
+import time
+from typing import Any
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import String
+
+from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.pacing import Pacer, schedule
+from robot_latency.ros.params import REPLAYER_PARAMS, ParamError, replayer_settings
+from robot_latency.streams import CommandStream, StreamError, read_stream
 
 log = logging.getLogger(__name__)
 
+NODE_NAME = "bag_replayer"
+COMMAND_TOPIC = "planner/command"
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_PARAMETER = 0, 1, 2
+
+
+class BagReplayerNode(Node):
+    """Declares the replayer's parameters, reads the stream and owns the command publisher.
+
+    Construction never raises for a bad parameter or an unreadable stream: the reason is in
+    :attr:`startup_error` and the exit status in :attr:`startup_status`.
+    """
+
+    def __init__(self, node_name: str = NODE_NAME, **node_kwargs: Any) -> None:
+        super().__init__(node_name, **node_kwargs)
+        self.startup_error: str | None = None
+        self.startup_status = EXIT_OK
+        self.stream: CommandStream | None = None
+        try:
+            values = declare_table(self, REPLAYER_PARAMS)
+            self.settings = replayer_settings(values)
+        except ParamError as err:
+            self._fail(f"bad parameter: {err}", EXIT_BAD_PARAMETER)
+            return
+        for name in unknown_overrides(self, REPLAYER_PARAMS):
+            self.get_logger().warning(f"parameter {name!r} is not a parameter of {node_name}; "
+                                      "ignored (a typo?)")
+        try:
+            self.stream = read_stream(self.settings.bag, topic=self.settings.topic)
+        except StreamError as err:
+            self._fail(str(err), EXIT_FAILED)
+            return
+        # Reliable with a deep queue: a burst in the recording must reach the planner's mailbox
+        # (which decides what to drop), not be lost on the wire.
+        self.publisher = self.create_publisher(
+            String, COMMAND_TOPIC, QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+        s = self.settings
+        self.get_logger().info(
+            f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
+            f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
+            f"{self.resolve_topic_name(COMMAND_TOPIC)} at speed x{s.speed:g}, "
+            f"{s.loop_count} play(s)")
+
+    def _fail(self, message: str, status: int) -> None:
+        self.startup_error, self.startup_status = message, status
+        self.get_logger().error(message)
+
+    def send(self, text: str) -> None:
+        """Publish one command."""
+        self.publisher.publish(String(data=text))
+
+
+def _spin_until(executor: SingleThreadedExecutor, done: threading.Event, stop: threading.Event,
+                deadline_s: float | None = None) -> None:
+    while not stop.is_set() and not done.is_set():
+        if deadline_s is not None and time.monotonic() >= deadline_s:
+            return
+        executor.spin_once(timeout_sec=0.05)
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit with a clear message until the node exists."""
-    logging.basicConfig(level=logging.INFO)
-    log.error("bag_replayer is not implemented yet in robot_latency %s; "
-              "use the robot-latency CLI (robot-latency --help)", _version())
-    return 1
+    """Replay the stream; return the exit status (see the module docstring)."""
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
+    rclpy.init(args=sys.argv if argv is None else argv,
+               signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
 
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
 
-def _version() -> str:
-    from robot_latency import __version__
-
-    return __version__
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    node: BagReplayerNode | None = None
+    pacer: Pacer | None = None
+    try:
+        node = BagReplayerNode()
+        if node.startup_error is not None or node.stream is None:
+            return node.startup_status
+        s = node.settings
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        # Wait (spinning, so discovery runs) for someone to listen, then the start delay.
+        matched = threading.Event()
+        give_up = time.monotonic() + s.wait_for_subscriber_s
+        while not stop.is_set() and time.monotonic() < give_up:
+            if node.publisher.get_subscription_count() > 0:
+                matched.set()
+                break
+            executor.spin_once(timeout_sec=0.05)
+        if not matched.is_set() and not stop.is_set():
+            node.get_logger().warning(
+                f"no subscriber on {node.publisher.topic_name} after "
+                f"{s.wait_for_subscriber_s:g} s; replaying anyway")
+        _spin_until(executor, threading.Event(), stop, time.monotonic() + s.start_delay_s)
+        start_ns = time.perf_counter_ns()
+        sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
+                         loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
+        pacer = Pacer(sends, node.send)
+        pacer.start()
+        _spin_until(executor, pacer.done, stop)
+        pacer.stop()
+        node.get_logger().info(f"replay {'stopped' if stop.is_set() else 'done'}: "
+                               f"{pacer.report.summary()}")
+        # Let the last commands be delivered (reliable QoS) and answered before leaving.
+        _spin_until(executor, threading.Event(), stop, time.monotonic() + s.tail_s)
+        if s.stay_alive:
+            _spin_until(executor, threading.Event(), stop)
+        executor.remove_node(node)
+        failed = pacer.report.failed or pacer.report.sent < len(sends)
+        return EXIT_FAILED if failed and not stop.is_set() else EXIT_OK
+    finally:
+        if pacer is not None:
+            pacer.stop()
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""Drive a planner run from a live command source: the loop in its own thread, commands pushed in.
+
+Pure Python (no rclpy): the planner node hands it command texts from its subscription and gets
+plan envelopes and cycle records back through callbacks; everything else (engine worker, cycle
+log, manifest, summary) is :class:`~robot_latency.planner.session.PlannerRun`'s.
+
+Threads: the loop runs in one thread with the real clock (its waits are ``time.sleep`` against
+absolute scheduled times); the caller's thread (rclpy's executor) only calls :meth:`submit`,
+which stamps the arrival and puts the command in the bounded mailbox.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.records import CycleRecord
+
+log = logging.getLogger(__name__)
+
+#: How often an idle event-mode loop checks whether it should stop (s).
+_IDLE_POLL_S = 0.05
+
+
+class PlannerDriver:
+    """A planner run fed by a live source (a context manager).
+
+    Args:
+        config: the run's configuration (the loop's mode decides periodic or event timing).
+        publish_plan: called with each cycle's plan envelope (from the loop thread).
+        on_record: called with each cycle's record after it is in the cycle log.
+        max_cycles: stop after this many cycles (event mode: commands); 0: until :meth:`stop`.
+        id_prefix: command ids are ``f"{id_prefix}{n}"``, n counting from 0.
+
+    Raises:
+        RunError: the run cannot start (log directory, model, engine).
+    """
+
+    def __init__(self, config: RunConfig, *, publish_plan: Callable[[dict[str, Any]], None],
+                 on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
+                 id_prefix: str = "cmd-") -> None:
+        self.max_cycles = max_cycles
+        self.id_prefix = id_prefix
+        self.run = PlannerRun(config, publish=publish_plan, on_record=on_record)
+        self.loop = self.run.loop
+        self._ids = itertools.count()
+        self._ids_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._arrived = threading.Event()
+        self.finished = threading.Event()  # the loop thread has ended (stopped, done or failed)
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- input ---------------------------------------------------------------------------------
+    def submit(self, text: str) -> InboundCommand:
+        """Stamp a command's arrival now (the loop's clock) and hand it to the loop."""
+        arrival = self.run.clock()
+        with self._ids_lock:
+            command_id = f"{self.id_prefix}{next(self._ids)}"
+        command = InboundCommand(command_id, text, arrival)
+        self.loop.submit(command)
+        self._arrived.set()
+        return command
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the loop thread."""
+        if self._thread is not None:
+            raise RuntimeError("the planner loop is already started")
+        self._thread = threading.Thread(target=self._main, name="planner-loop", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            if self.loop.config.mode == "event":
+                self.loop.run_events(self._events())
+            else:
+                n = self.max_cycles or 2**62
+                self.loop.run_periodic(n, should_stop=self._stop.is_set)
+        except BaseException as err:  # reported by the node, which then exits non-zero
+            self.error = err
+            log.exception("planner loop failed")
+        finally:
+            self.finished.set()
+
+    def _events(self) -> Iterator[InboundCommand]:
+        """Yield commands as they arrive (newest wins while the loop is busy) until stopped."""
+        n = 0
+        while not self._stop.is_set() and not (self.max_cycles and n >= self.max_cycles):
+            self._arrived.wait(_IDLE_POLL_S)
+            self._arrived.clear()
+            command = self.loop.mailbox.take()
+            if command is not None:
+                n += 1
+                yield command
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Ask the loop to stop after its current cycle; return whether it has stopped."""
+        self._stop.set()
+        self._arrived.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        stopped = not self._thread.is_alive()
+        if not stopped:
+            log.error("planner loop did not stop within %.1f s", timeout_s)
+        return stopped
+
+    def close(self) -> dict[str, Any]:
+        """Stop the loop, stop the engine, flush the log and write summary.json; return it."""
+        self.stop()
+        return self.run.close()
+
+    def engine_state(self) -> dict[str, Any]:
+        """Return what diagnostics report about the engine (name, restarts, load error)."""
+        runner = self.run.runner
+        return {"engine": self.run.config.engine,
+                "restarts": getattr(runner, "restarts", 0),
+                "load_error": getattr(runner, "load_error", None) or "",
+                "worker_pid": getattr(runner, "pid", None) or ""}
+
+    def __enter__(self) -> PlannerDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,137 @@
+"""Launch files and params files name only what the package has.
+
+The ``launch`` / ``launch_ros`` packages cannot be installed here, so the launch files are
+parsed, not run: every executable is a console script of setup.py, every parameter they pass is
+declared by the node that gets it, every file they reference exists, and every config YAML holds
+only declared parameters with values the node accepts.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from robot_latency.ros.params import PLANNER_NAMES, REPLAYER_NAMES, planner_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
+CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
+NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES}
+PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
+                            "device_profile", "params_file", "log_dir"}
+
+
+def _console_scripts() -> set[str]:
+    text = (ROOT / "setup.py").read_text()
+    return set(re.findall(r'"([\w-]+)\s*=\s*robot_latency\.[\w.]+:\w+"', text))
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", getattr(n.func, "attr", None)) == name]
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _module_constant(tree: ast.Module, name: str) -> object:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name
+                                                for t in node.targets):
+            return ast.literal_eval(node.value)
+    return None
+
+
+def _declared_arguments(tree: ast.Module) -> set[str]:
+    """Return the launch argument names: literal ones, and those of comprehensions over a
+    module-level table (``[DeclareLaunchArgument(name, ...) for name in TABLE]``)."""
+    names: set[str] = set()
+    for call in _calls(tree, "DeclareLaunchArgument"):
+        if isinstance(call.args[0], ast.Constant):
+            names.add(call.args[0].value)
+    for comp in ast.walk(tree):
+        if not isinstance(comp, ast.ListComp):
+            continue
+        if not (isinstance(comp.elt, ast.Call)
+                and getattr(comp.elt.func, "id", None) == "DeclareLaunchArgument"):
+            continue
+        iterated = comp.generators[0].iter
+        while isinstance(iterated, (ast.Call, ast.Attribute)):  # TABLE.items()
+            iterated = iterated.func if isinstance(iterated, ast.Call) else iterated.value
+        names.update(_module_constant(tree, iterated.id))  # type: ignore[attr-defined]
+    return names
+
+
+def test_there_are_two_launch_files() -> None:
+    assert {p.name for p in LAUNCH_FILES} == {"planner.launch.py", "replay.launch.py"}
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_file_names_only_what_exists(path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    scripts = _console_scripts()
+    assert {"planner_node", "bag_replayer"} <= scripts
+    nodes = _calls(tree, "Node")
+    assert nodes, f"{path.name} starts no node"
+    for call in nodes:
+        executable = _keyword(call, "executable")
+        value = (executable.value if isinstance(executable, ast.Constant)
+                 else _module_constant(tree, getattr(executable, "id", "")))
+        assert value in scripts, f"{path.name}: executable {value!r} is no console script"
+        package = _keyword(call, "package")
+        pkg = (package.value if isinstance(package, ast.Constant)
+               else _module_constant(tree, getattr(package, "id", "")))
+        assert pkg == "robot_latency"
+        # Parameters given as dict literals must be declared by that node.
+        params = _keyword(call, "parameters")
+        for d in ast.walk(params) if params is not None else ():
+            if isinstance(d, ast.Dict):
+                for key in d.keys:
+                    assert isinstance(key, ast.Constant) and key.value in NODE_PARAMETERS[value]
+    # Parameters passed by name from a module table: the table's names are the node's.
+    planner = _module_constant(tree, "PLANNER_PARAMETERS") or {}
+    replayer = _module_constant(tree, "REPLAYER_PARAMETERS") or {}
+    assert set(planner) <= PLANNER_NAMES, set(planner) - PLANNER_NAMES
+    assert set(replayer) <= REPLAYER_NAMES, set(replayer) - REPLAYER_NAMES
+    # Referenced files exist in the package.
+    for const in ast.walk(tree):
+        if isinstance(const, ast.Constant) and isinstance(const.value, str):
+            if re.fullmatch(r"[\w./-]+\.(launch\.py|yaml)", const.value):
+                assert ((ROOT / "launch" / const.value).exists()
+                        or (ROOT / const.value).exists()), const.value
+
+
+def test_planner_launch_arguments() -> None:
+    tree = ast.parse((ROOT / "launch" / "planner.launch.py").read_text())
+    assert _declared_arguments(tree) == PLANNER_LAUNCH_ARGUMENTS
+    replay = ast.parse((ROOT / "launch" / "replay.launch.py").read_text())
+    passed = set(_module_constant(replay, "PLANNER_ARGUMENTS"))
+    assert passed == PLANNER_LAUNCH_ARGUMENTS
+    assert {"bag", "topic", "speed"} <= _declared_arguments(replay)
+
+
+def test_setup_installs_launch_and_config() -> None:
+    text = (ROOT / "setup.py").read_text()
+    assert 'glob("launch/*.launch.py")' in text and 'glob("config/*.yaml")' in text
+
+
+def test_three_target_configs() -> None:
+    assert {p.name for p in CONFIGS} >= {"orin_agx_64gb.yaml", "orin_nano_8gb.yaml",
+                                         "host.yaml"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_holds_valid_declared_parameters(path: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(path.read_text())
+    assert list(data) == ["planner_node"], "layout: planner_node: ros__parameters: ..."
+    params = data["planner_node"]["ros__parameters"]
+    assert set(params) <= PLANNER_NAMES, set(params) - PLANNER_NAMES
+    settings = planner_settings({**params, "log_dir": str(tmp_path)})
+    planner = settings.run.planner
+    assert planner.deadline_ms < planner.period_ms
+    assert settings.values["device_profile"] == params["device_profile"]

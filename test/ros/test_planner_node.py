@@ -1,0 +1,357 @@
+"""The planner and bag-replayer nodes over real rclpy and Fast DDS (no mocks).
+
+One planner node runs in-process (engine sim on a fast target, engine in a worker process) in a
+private rclpy context on a random ROS domain; a probe node publishes commands and listens.
+Start-up failures, signals and the bag replayer run the console scripts as subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.context import Context  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from rclpy.serialization import serialize_message  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from robot_latency.records import read_records  # noqa: E402
+from robot_latency.ros.planner_node import PlannerNode  # noqa: E402
+from robot_latency.streams import Command, write_bag  # noqa: E402
+
+DOMAIN_ID = random.randint(1, 100)
+ENVELOPE_KEYS = {"cycle", "command_id", "source", "fallback_reason", "plan", "deadline_met",
+                 "e2e_ms"}
+BIN = Path(sys.executable).parent
+SIM = ["-p", "engine:=sim", "-p", "device_profile:=orin-agx-64gb"]
+
+
+def ros_env() -> dict[str, str]:
+    """Return the environment for a node subprocess: this module's domain, localhost only."""
+    return {**os.environ, "ROS_DOMAIN_ID": str(DOMAIN_ID),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "") -> Any:
+    """Poll until ``predicate()`` is truthy; return its value or fail after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what or predicate}")
+
+
+class Probe:
+    """A test node: publishes commands, records plans, cycle records and diagnostics."""
+
+    def __init__(self, context: Context) -> None:
+        self.node = Node("probe", context=context)
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.lock = threading.Lock()
+        self.plans: list[dict[str, Any]] = []
+        self.cycles: list[dict[str, Any]] = []
+        self.diagnostics: list[DiagnosticArray] = []
+        self.commands: list[str] = []
+        self.extra: dict[str, list[str]] = {}
+        self.pub = self.node.create_publisher(String, "/planner/command", qos)
+        self.node.create_subscription(String, "/planner/plan", self._add(self.plans, True), qos)
+        self.node.create_subscription(String, "/planner/cycle", self._add(self.cycles, True),
+                                      qos)
+        self.node.create_subscription(String, "/planner/command",
+                                      self._add(self.commands, False), qos)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                      lambda m: self._append(self.diagnostics, m), 100)
+
+    def _append(self, target: list, item: Any) -> None:
+        with self.lock:
+            target.append(item)
+
+    def _add(self, target: list, parse: bool) -> Callable[[String], None]:
+        return lambda msg: self._append(target, json.loads(msg.data) if parse else msg.data)
+
+    def listen(self, topic: str) -> list[str]:
+        """Subscribe to another String topic; return the list its messages go to."""
+        got = self.extra.setdefault(topic, [])
+        self.node.create_subscription(String, topic, lambda m: self._append(got, m.data),
+                                      QoSProfile(depth=100,
+                                                 reliability=ReliabilityPolicy.RELIABLE))
+        return got
+
+    def snapshot(self, name: str) -> list:
+        with self.lock:
+            return list(getattr(self, name))
+
+    def send(self, text: str | bytes) -> None:
+        self.pub.publish(text if isinstance(text, bytes) else String(data=text))
+
+
+@pytest.fixture(scope="module")
+def ros() -> Iterator[tuple[Context, MultiThreadedExecutor]]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        context = Context()
+        rclpy.init(context=context, domain_id=DOMAIN_ID)
+        executor = MultiThreadedExecutor(num_threads=4, context=context)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        try:
+            yield context, executor
+        finally:
+            executor.shutdown(timeout_sec=5)
+            context.try_shutdown()
+            spinner.join(5)
+
+
+@pytest.fixture(scope="module")
+def planner(ros: tuple[Context, MultiThreadedExecutor],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlannerNode]:
+    context, executor = ros
+    log_dir = tmp_path_factory.mktemp("planner-run")
+    overrides = [Parameter("engine", value="sim"),
+                 Parameter("device_profile", value="orin-agx-64gb"),
+                 Parameter("period_ms", value=100.0), Parameter("deadline_ms", value=80),
+                 Parameter("max_command_chars", value=512),
+                 Parameter("log_dir", value=str(log_dir)),
+                 Parameter("diagnostics_period_s", value=0.2)]
+    node = PlannerNode(context=context, parameter_overrides=overrides)
+    assert node.startup_error is None, node.startup_error
+    executor.add_node(node)
+    node.start()
+    try:
+        yield node
+    finally:
+        summary = node.close()
+        executor.remove_node(node)
+        node.destroy_node()
+        assert summary is not None
+        assert summary["cycles"] == len((log_dir / "cycles.jsonl").read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def probe(ros: tuple[Context, MultiThreadedExecutor], planner: PlannerNode) -> Iterator[Probe]:
+    context, executor = ros
+    p = Probe(context)
+    executor.add_node(p.node)
+    wait_for(lambda: p.pub.get_subscription_count() >= 2 and p.snapshot("plans"), 15,
+             "the planner to be discovered")
+    try:
+        yield p
+    finally:
+        executor.remove_node(p.node)
+        p.node.destroy_node()
+
+
+def _new_record(probe: Probe, seen: set[str | None], **match: Any) -> dict[str, Any] | None:
+    for rec in probe.snapshot("cycles"):
+        if rec["command_id"] not in seen and all(rec.get(k) == v for k, v in match.items()):
+            return rec
+    return None
+
+
+def _command_ids(probe: Probe) -> set[str | None]:
+    return {r["command_id"] for r in probe.snapshot("cycles")}
+
+
+# --- the in-process planner ------------------------------------------------------------------
+def test_one_plan_per_cycle_with_the_envelope(probe: Probe) -> None:
+    seen = _command_ids(probe)
+    probe.send("go to the kitchen")
+    rec = wait_for(lambda: _new_record(probe, seen, plan_source="model"), 10,
+                   "a model plan for the command")
+    time.sleep(0.3)  # a few more cycles
+    plans = probe.snapshot("plans")
+    assert all(set(p) >= ENVELOPE_KEYS for p in plans)
+    assert all(p["source"] in ("model", "fallback") for p in plans)
+    cycles = [p["cycle"] for p in plans]
+    assert cycles == list(range(cycles[0], cycles[0] + len(cycles)))  # one per cycle, no gap
+    mine = [p for p in plans if p["command_id"] == rec["command_id"]]
+    assert mine and mine[0]["source"] == "model" and mine[0]["plan"]
+    # The cycle record of the same cycle says the same.
+    by_cycle = {p["cycle"]: p for p in plans}
+    for r in probe.snapshot("cycles"):
+        if r["cycle"] in by_cycle:
+            assert by_cycle[r["cycle"]]["command_id"] == r["command_id"]
+            assert by_cycle[r["cycle"]]["source"] == r["plan_source"]
+    assert rec["ttft_ms"] is not None and rec["deadline_ms"] == 80.0
+
+
+def test_diagnostics_have_levels(probe: Probe) -> None:
+    def planner_status() -> dict[str, Any] | None:
+        for array in probe.snapshot("diagnostics"):
+            names = {s.name: s for s in array.status}
+            if "planner_node: deadline" in names:
+                return names
+        return None
+
+    statuses = wait_for(planner_status, 5, "planner diagnostics")
+    assert {"planner_node: deadline", "planner_node: latency", "planner_node: engine",
+            "planner_node: mailbox"} <= set(statuses)
+    for status in statuses.values():
+        assert status.level in (b"\x00", b"\x01", b"\x02")
+        assert status.hardware_id == "orin-agx-64gb"
+    keys = {kv.key for kv in statuses["planner_node: deadline"].values}
+    assert {"miss_rate", "miss_rate_ci95", "window_cycles", "cycles_total"} <= keys
+
+
+def test_bad_commands_get_fallbacks_and_the_node_lives_on(probe: Probe,
+                                                          planner: PlannerNode) -> None:
+    good = serialize_message(String(data="ok"))
+    not_utf8 = good[:4] + struct.pack("<I", 4) + b"\xff\xfe\xfd\x00"  # CDR string, bad bytes
+    for bad in ("", "x" * 100_000, "go\x07 to the\x1b door\x7f", not_utf8):
+        seen = _command_ids(probe)
+        probe.send(bad)
+        rec = wait_for(lambda seen=seen: _new_record(probe, seen, fallback_reason="bad_command"),
+                       10,
+                       f"a bad_command fallback for {bad[:20]!r}")
+        assert rec["plan_source"] == "fallback" and rec["plan"] is not None
+        assert rec["engine_error"]
+    seen = _command_ids(probe)
+    probe.send("go to the kitchen")
+    wait_for(lambda: _new_record(probe, seen, plan_source="model"), 10, "a model plan after")
+    assert planner.driver is not None and planner.driver.error is None
+
+
+def test_runtime_parameter_updates(probe: Probe, planner: PlannerNode) -> None:
+    client = AsyncParameterClient(probe.node, "planner_node")
+    assert client.wait_for_services(timeout_sec=10)
+
+    def set_one(name: str, value: Any) -> Any:
+        future = client.set_parameters([Parameter(name, value=value)])
+        wait_for(future.done, 10, f"set_parameters({name})")
+        return future.result().results[0]
+
+    fixed = set_one("deadline_ms", 50.0)
+    assert not fixed.successful and "deadline_ms" in fixed.reason
+    assert "cannot change at run time" in fixed.reason
+    out_of_range = set_one("miss_rate_warn", 2.0)
+    assert not out_of_range.successful and "miss_rate_warn" in out_of_range.reason
+    contradicting = set_one("miss_rate_warn", 0.5)  # above miss_rate_error (0.05)
+    assert not contradicting.successful and "miss_rate_error" in contradicting.reason
+    ok = set_one("miss_rate_warn", 0.02)
+    assert ok.successful, ok.reason
+    assert planner.get_parameter("miss_rate_warn").value == 0.02
+    assert planner.settings is not None and planner.get_parameter("deadline_ms").value == 80
+
+
+def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
+                                         tmp_path: Path) -> None:
+    texts = ["go to the kitchen", "stop", "go to the door"]
+    bag = write_bag(tmp_path / "bag", [Command(i * 300_000_000, t, f"s:{i}")
+                                       for i, t in enumerate(texts)])
+    assert planner.driver is not None
+    before = planner.driver.loop.mailbox.counters()["received"]
+    n_commands = len(probe.snapshot("commands"))
+    seen = _command_ids(probe)
+    done = subprocess.run(
+        [str(BIN / "bag_replayer"), "--ros-args", "-p", f"bag:={bag}",
+         "-p", "start_delay_s:=0.2", "-p", "tail_s:=0.3"],
+        env=ros_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "3 commands sent, 0 failed" in done.stderr + done.stdout
+    wait_for(lambda: len(probe.snapshot("commands")) >= n_commands + 3, 5, "the commands")
+    assert probe.snapshot("commands")[n_commands:] == texts  # in order, as recorded
+    wait_for(lambda: planner.driver.loop.mailbox.counters()["received"] >= before + 3, 5,
+             "the planner to receive them")
+    answered = wait_for(lambda: len(_command_ids(probe) - seen) >= 3 and
+                        _command_ids(probe) - seen, 10, "plans for the replayed commands")
+    assert len(answered) >= 3
+
+
+# --- subprocesses: start-up errors and signals -----------------------------------------------
+@pytest.mark.parametrize(("args", "name"), [
+    (["-p", "deadline_ms:=500.0"], "deadline_ms"),
+    (["-p", "fallback:=rule,pray"], "fallback"),
+    (["--params-file", "{yaml}"], "mode"),
+])
+def test_bad_parameter_at_start_up_exits_non_zero(args: list[str], name: str,
+                                                  tmp_path: Path) -> None:
+    params = tmp_path / "bad.yaml"
+    params.write_text("planner_node:\n  ros__parameters:\n    mode: sometimes\n")
+    args = [a.replace("{yaml}", str(params)) for a in args]
+    done = subprocess.run([str(BIN / "planner_node"), "--ros-args", *SIM,
+                           "-p", f"log_dir:={tmp_path / 'run'}", *args],
+                          env=ros_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"parameter '{name}'" in done.stderr
+    assert not (tmp_path / "run" / "cycles.jsonl").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_path: Path) -> None:
+    log_dir = tmp_path / "run"
+    ns = f"/sig{sig.value}"
+    plans = probe.listen(f"{ns}/plan")
+    proc = subprocess.Popen(
+        [str(BIN / "planner_node"), "--ros-args", *SIM, "-p", "period_ms:=50.0",
+         "-p", "deadline_ms:=40.0", "-p", f"log_dir:={log_dir}",
+         "-r", "__node:=sig_planner", "-r", f"planner/plan:={ns}/plan",
+         "-r", f"planner/command:={ns}/command", "-r", f"planner/cycle:={ns}/cycle"],
+        env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        cycles = log_dir / "cycles.jsonl"
+        wait_for(lambda: cycles.exists() and len(cycles.read_text().splitlines()) >= 5, 30,
+                 "cycles in the log")
+        wait_for(lambda: plans, 10, f"plans on the remapped topic {ns}/plan")
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    lines = cycles.read_text().splitlines()
+    assert all(json.loads(line)["run_id"] for line in lines)
+    assert len(read_records(cycles)) == len(lines)
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["cycles"] == len(lines)
+    manifest = json.loads((log_dir / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+
+
+def test_event_mode_answers_each_command_and_stops_at_max_cycles(probe: Probe,
+                                                                 tmp_path: Path) -> None:
+    log_dir = tmp_path / "run"
+    plans = probe.listen("/evt/planner/plan")
+    pub = probe.node.create_publisher(String, "/evt/planner/command",
+                                      QoSProfile(depth=10,
+                                                 reliability=ReliabilityPolicy.RELIABLE))
+    proc = subprocess.Popen(
+        [str(BIN / "planner_node"), "--ros-args", *SIM, "-p", "mode:=event",
+         "-p", "max_cycles:=1", "-p", f"log_dir:={log_dir}", "-r", "__ns:=/evt"],
+        env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: pub.get_subscription_count() >= 1, 30, "the event-mode planner")
+        pub.publish(String(data="go to the kitchen"))
+        out, _ = proc.communicate(timeout=30)  # max_cycles=1: it stops by itself
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        probe.node.destroy_publisher(pub)
+    assert proc.returncode == 0, out
+    records = read_records(log_dir / "cycles.jsonl")
+    assert len(records) == 1 and records[0].mode == "event"
+    assert records[0].command_arrival_ns == records[0].scheduled_ns  # deadline from arrival
+    wait_for(lambda: plans, 5, "the plan on /evt/planner/plan")
+    assert json.loads(plans[0])["command_id"] == records[0].command_id

@@ -1,0 +1,171 @@
+"""Long-run reliability of the planner loop with a real engine: soak, flood, recovery.
+
+    soak      N cycles of the llama.cpp planner (periodic, one command re-planned each tick with
+              a rotating set of commands): RSS growth after warm-up, lost records, overshoot,
+              miss rate.
+    flood     commands at --flood-x times the cycle rate while the engine is slow (sim engine at
+              a low efficiency): memory bound, drop counts, overshoot.
+    recovery  the engine worker is SIGKILLed at cycle --kill-at: how many cycles fell back, and
+              when the model answered again.
+
+    python bench/soak.py soak --cycles 10000 --period-ms 60 --deadline-ms 50
+    python bench/soak.py flood --cycles 1000 --flood-x 100
+    python bench/soak.py recovery --cycles 200 --kill-at 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.records import read_records
+
+COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
+            "bring me the blue bottle", "find the green ball then go to the garage quickly"]
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    arr = np.asarray(values, dtype=np.float64)
+    p50, p99 = np.percentile(arr, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "max": float(arr.max()), "n": int(arr.size)}
+
+
+def _run(args: argparse.Namespace, config: RunConfig, *, per_cycle: Any = None) -> dict[str, Any]:
+    rss: list[int] = []
+    procs: list[psutil.Process] = []
+    with PlannerRun(config, publish=lambda env: None) as run:
+        procs = [psutil.Process()]
+        loop = run.loop
+        original = loop.sink
+
+        def sink(rec: Any) -> None:
+            original(rec)
+            total = 0
+            for p in [*procs, *([psutil.Process(run.runner.pid)] if getattr(
+                    run.runner, "pid", None) else [])]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            rss.append(total)
+            if per_cycle is not None:
+                per_cycle(run, rec)
+
+        loop.sink = sink
+        t0 = time.perf_counter()
+        n = 0
+        while n < args.cycles:
+            loop.submit(InboundCommand(f"c{n}", COMMANDS[n % len(COMMANDS)], loop.clock()))
+            n += loop.run_periodic(min(args.batch, args.cycles - n))
+        wall_s = time.perf_counter() - t0
+        summary = run.close()
+    records = read_records(config.log_dir / "cycles.jsonl")
+    warm = min(len(rss) - 1, args.warmup)
+    return {"summary": summary, "records": records, "rss": rss, "warm": warm, "wall_s": wall_s}
+
+
+def _common(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    summary, records, rss, warm = out["summary"], out["records"], out["rss"], out["warm"]
+    ids = [r.cycle for r in records]
+    return {
+        "command": "python " + " ".join(sys.argv),
+        "cycles_asked": args.cycles,
+        "records": len(records),
+        "lost_or_duplicated": len(ids) - len(set(ids)) + (max(ids) + 1 - len(set(ids))
+                                                          if ids else 0),
+        "deadline_misses": summary["deadline_misses"],
+        "deadline_miss_rate": summary["deadline_miss_rate"],
+        "deadline_miss_rate_ci95": summary["deadline_miss_rate_ci95"],
+        "fallbacks": summary["fallbacks"],
+        "overshoot_ms": _pcts([r.overshoot_ns / 1e6 for r in records
+                               if r.overshoot_ns is not None]),
+        "itl_ms": {k: summary["itl_ms"][k] for k in ("p50", "p99", "max", "n")},
+        "ttft_ms": {k: summary["ttft_ms"][k] for k in ("p50", "p99", "max", "n")},
+        "rss_after_warmup_mb": rss[warm] / 1e6 if rss else None,
+        "rss_end_mb": rss[-1] / 1e6 if rss else None,
+        "rss_growth_mb": (rss[-1] - rss[warm]) / 1e6 if rss else None,
+        "rss_max_mb": max(rss) / 1e6 if rss else None,
+        "engine_restarts": summary["engine_restarts"],
+        "mailbox": summary["mailbox"],
+        "wall_s": out["wall_s"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=("soak", "flood", "recovery"))
+    ap.add_argument("--cycles", type=int, default=10000)
+    ap.add_argument("--period-ms", type=float, default=60.0)
+    ap.add_argument("--deadline-ms", type=float, default=50.0)
+    ap.add_argument("--model", default="", help="GGUF for the llama.cpp engine (default bundled)")
+    ap.add_argument("--n-threads", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=200, help="cycles before RSS is baselined")
+    ap.add_argument("--batch", type=int, default=50, help="cycles per run_periodic call")
+    ap.add_argument("--flood-x", type=int, default=100, help="flood: commands per cycle")
+    ap.add_argument("--kill-at", type=int, default=50, help="recovery: cycle to kill at")
+    ap.add_argument("--log-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"soak-{args.what}-")) / "run"
+    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    if args.what == "flood":
+        config = RunConfig(planner=planner, log_dir=log_dir, engine="sim",
+                           engine_options={"device": "orin-nano-4gb", "efficiency": 0.05},
+                           model="qwen2.5-0.5b", quant="Q4_K_M", host_device="orin-nano-4gb",
+                           target_device="orin-nano-4gb")
+
+        def flood(run: PlannerRun, rec: Any) -> None:
+            for i in range(args.flood_x):
+                run.loop.submit(InboundCommand(f"f{rec.cycle}-{i}", COMMANDS[i % 5],
+                                               run.loop.clock()))
+
+        out = _run(args, config, per_cycle=flood)
+    else:
+        options = {"n_threads": args.n_threads, "model_path": args.model}
+        config = RunConfig(planner=planner, log_dir=log_dir, engine="llamacpp",
+                           engine_options=options, model=args.model or None,
+                           host_device="host", target_device="orin-nano-8gb")
+        killed: dict[str, int] = {}
+
+        def kill(run: PlannerRun, rec: Any) -> None:
+            if args.what == "recovery" and rec.cycle == args.kill_at and not killed:
+                killed["cycle"] = rec.cycle
+                run.runner.kill_worker()
+
+        out = _run(args, config, per_cycle=kill)
+    result = _common(out, args)
+    if args.what == "recovery":
+        recs = out["records"]
+        after = [r for r in recs if r.cycle > args.kill_at]
+        first_model = next((r for r in after if r.plan_source == "model"), None)
+        result["recovery"] = {
+            "killed_after_cycle": args.kill_at,
+            "fallback_cycles_after_kill": sum(r.plan_source != "model" for r in after[
+                : (first_model.cycle - args.kill_at) if first_model else len(after)]),
+            "first_model_plan_cycle": first_model.cycle if first_model else None,
+            "recovery_ms": ((first_model.published_ns - recs[args.kill_at].published_ns) / 1e6
+                            if first_model else None),
+        }
+    result["log_dir"] = str(log_dir)
+    text = json.dumps(result, indent=2)
+    sys.stdout.write(text + "\n")
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

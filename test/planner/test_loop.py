@@ -109,6 +109,18 @@ def test_invalid_model_output_is_kept_for_diagnosis() -> None:
     assert "invalid plan" in r.engine_error and r.fallback_policy == "rule"
 
 
+def test_over_long_model_output_is_cut_and_refused() -> None:
+    clock = ScriptedClock()
+    engine = SimEngine(SimConfig(device="h100-sxm"), clock=clock,
+                       responder=lambda p: ["<stop>"] * 40 + ["<end>"])
+    h = Harness(engine=engine, clock=clock, max_tokens=24)
+    h.say(CUP)
+    h.loop.run_periodic(1)
+    (r,) = h.records
+    assert r.stop_reason == "max_tokens" and r.tokens_out == 24
+    assert r.fallback_reason == "invalid_output" and r.raw_output.count("<stop>") == 24
+
+
 def test_fallback_chain_hold_then_stop() -> None:
     clock = ScriptedClock(start_ns=0)
     answers = iter([["<goto>", "<loc:kitchen>", "<end>"]])

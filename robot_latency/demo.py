@@ -1,0 +1,134 @@
+"""The main job: replay a bundled command stream through the real ROS 2 pipeline, per configuration.
+
+For each configuration (a model file at a quantization level, or a simulated device) it starts the
+``planner_node`` and the ``bag_replayer`` as separate processes talking over DDS (Fast DDS,
+loopback only, a private domain id), waits until the stream has played, stops the node with
+SIGINT (it flushes its cycle log and writes ``summary.json``), then compares the run directories
+and writes the report. The node and the replayer are exactly what ``ros2 launch robot_latency
+replay.launch.py`` starts on a robot; only the launch system is replaced by this function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class DemoError(RuntimeError):
+    """A demo step failed; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """One configuration of the demo: a label and the planner node's parameters for it."""
+
+    label: str
+    params: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+
+def _bin(name: str) -> str:
+    """Return the console script next to this interpreter (the venv's), else the PATH's."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def _ros_args(params: dict[str, str | int | float | bool]) -> list[str]:
+    args = ["--ros-args"]
+    for key, value in params.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        args += ["-p", f"{key}:={text}"]
+    return args
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float, what: str,
+              log_path: Path) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if path.exists():
+            return
+        if proc.poll() is not None:
+            raise DemoError(f"{what} exited with status {proc.returncode} before it was ready; "
+                            f"see {log_path}")
+        time.sleep(0.1)
+    raise DemoError(f"{what} not ready after {timeout_s:.0f} s; see {log_path}")
+
+
+def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1.0,
+            start_timeout_s: float = 180.0, play_timeout_s: float = 900.0,
+            tail_s: float = 1.0) -> Path:
+    """Run the planner node and the bag replayer for one configuration; return the run dir.
+
+    Raises:
+        DemoError: a process failed or did not finish in time (the message names its log).
+    """
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "ROS_DOMAIN_ID": str(random.randint(1, 200)),
+           "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
+    node_log = run_dir.parent / f"{run_dir.name}.planner_node.log"
+    replay_log = run_dir.parent / f"{run_dir.name}.bag_replayer.log"
+    params = {**config.params, "log_dir": str(run_dir), "label": config.label}
+    with open(node_log, "wb") as nlog, open(replay_log, "wb") as rlog:
+        node = subprocess.Popen([_bin("planner_node"), *_ros_args(params)], env=env,
+                                stdout=nlog, stderr=subprocess.STDOUT)
+        try:
+            # The manifest appears once the engine has loaded and the loop is about to run.
+            _wait_for(run_dir / "manifest.json", node, start_timeout_s, "planner_node",
+                      node_log)
+            replayer = subprocess.run(
+                [_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
+                                                   "tail_s": tail_s})],
+                env=env, stdout=rlog, stderr=subprocess.STDOUT, timeout=play_timeout_s,
+                check=False)
+            if replayer.returncode != 0:
+                raise DemoError(f"bag_replayer exited with status {replayer.returncode}; "
+                                f"see {replay_log}")
+        finally:
+            if node.poll() is None:
+                node.send_signal(signal.SIGINT)
+                try:
+                    node.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    node.kill()
+                    node.wait()
+    if not (run_dir / "summary.json").exists():
+        raise DemoError(f"planner_node wrote no summary.json in {run_dir}; see {node_log}")
+    return run_dir
+
+
+def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
+             speed: float = 1.0) -> tuple[list[Path], Path]:
+    """Run every configuration, then write the comparison and the report.
+
+    Returns:
+        The run directories and the report path.
+    """
+    from robot_latency.report.compare import compare_runs, to_csv, to_json
+    from robot_latency.report.markdown import write_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_dirs = []
+    for i, config in enumerate(configs, start=1):
+        run_dir = out_dir / config.label.replace(" ", "_").replace("/", "-")
+        if run_dir.exists():
+            raise DemoError(f"{run_dir} exists; remove {out_dir} to run the demo again")
+        log.info("[%d/%d] %s", i, len(configs), config.label)
+        run_dirs.append(run_one(config, stream=stream, run_dir=run_dir, speed=speed))
+    rows = compare_runs(run_dirs)
+    to_csv(rows, out_dir / "comparison.csv")
+    to_json(rows, out_dir / "comparison.json")
+    report = write_report(run_dirs, out_dir / "report")
+    (out_dir / "demo.json").write_text(json.dumps(
+        {"stream": str(stream), "speed": speed, "runs": [str(p) for p in run_dirs],
+         "report": str(report)}, indent=2) + "\n")
+    return run_dirs, report

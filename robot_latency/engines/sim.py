@@ -47,6 +47,21 @@ def rule_responder(prompt: str) -> list[str]:
     return steps_to_tokens(steps) if steps else [END_TOKEN]
 
 
+def _load_jitter(path: str) -> np.ndarray:
+    """Return a recorded run's inter-token gaps divided by their median."""
+    from robot_latency.records import RecordError, read_records
+
+    try:
+        gaps = [g for r in read_records(path) for g in r.itl_ns]
+    except RecordError as err:
+        raise EngineError(f"sim: jitter_from: {err}") from err
+    if len(gaps) < 10:
+        raise EngineError(f"sim: jitter_from={path!r} holds {len(gaps)} inter-token gaps; "
+                          "need at least 10")
+    arr = np.asarray(gaps, dtype=np.float64)
+    return arr / np.median(arr)
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """What the simulated engine models.
@@ -58,6 +73,9 @@ class SimConfig:
         efficiency: fraction of the decode bandwidth floor reached (0, 1].
         compute_efficiency: fraction of peak FLOP/s a prefill reaches (0, 1].
         jitter_sigma: sigma of the lognormal multiplier on every step (0: none).
+        jitter_from: a recorded run's cycles.jsonl: each step's multiplier is resampled from
+            that run's inter-token gaps over their median (its real tail shape), instead of the
+            lognormal.
         stall_probability: chance that a step stalls (a page fault, a preempted core).
         stall_ms: extra time of a stall.
         overhead_ms: fixed per-step overhead (kernel launches, sampling) added to the floor.
@@ -74,6 +92,7 @@ class SimConfig:
     efficiency: float = 0.4
     compute_efficiency: float = 0.3
     jitter_sigma: float = 0.05
+    jitter_from: str = ""
     stall_probability: float = 0.0
     stall_ms: float = 0.0
     overhead_ms: float = 0.0
@@ -114,6 +133,9 @@ class SimEngine:
         self._sleep_ns = sleep_ns
         self._responder = responder
         self._rng = np.random.default_rng(self.config.seed)
+        self._jitter_pool: np.ndarray | None = None
+        if self.config.jitter_from:
+            self._jitter_pool = _load_jitter(self.config.jitter_from)
         try:
             device = get_device(self.config.device)
             model = resolve_model(self.config.model, quant=self.config.quant)
@@ -143,6 +165,8 @@ class SimEngine:
         """Nothing to release."""
 
     def _jitter(self) -> float:
+        if self._jitter_pool is not None:
+            return float(self._jitter_pool[self._rng.integers(self._jitter_pool.size)])
         if self.config.jitter_sigma == 0:
             return 1.0
         return float(self._rng.lognormal(0.0, self.config.jitter_sigma))

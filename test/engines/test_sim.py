@@ -78,3 +78,27 @@ def test_abort_signal_and_max_tokens() -> None:
 def test_bad_options_named(opts: dict, needle: str) -> None:
     with pytest.raises(EngineError, match=needle):
         create_engine("sim", **opts)
+
+
+def test_jitter_resampled_from_a_recorded_run(tmp_path) -> None:
+    from robot_latency.records import CycleRecord, JsonlSink
+
+    # a recorded run whose gaps are 10 ms, with one in ten at 30 ms (a 3x tail)
+    log = tmp_path / "cycles.jsonl"
+    with JsonlSink(log) as sink:
+        for c in range(10):
+            t = c * 10**9
+            tokens = [t]
+            for i in range(10):
+                tokens.append(tokens[-1] + (30 if i == 0 else 10) * 1_000_000)
+            sink.write(CycleRecord(run_id="r", cycle=c, scheduled_ns=t, deadline_ns=t + 10**9,
+                                   token_ns=tokens, published_ns=tokens[-1]))
+    engine, trace = _trace(jitter_from=str(log), device="orin-agx-64gb")
+    base = engine.step_floor_ns / engine.config.efficiency
+    ratios = {round((b - a) / base, 1) for a, b in zip(trace.token_ns[1:], trace.token_ns[2:],
+                                                        strict=False)}
+    assert ratios <= {1.0, 3.0}  # only the recorded shapes (KV growth is tiny here)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(EngineError, match="need at least 10"):
+        create_engine("sim", jitter_from=str(empty))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -56,8 +57,10 @@ __all__ = [
     "expand_to_plan",
     "parse_actions",
     "plan_json_schema",
+    "render_plan_files",
     "steps_to_tokens",
     "validate_plan",
+    "write_plan_files",
 ]
 
 ACTIONS: tuple[str, ...] = ("pick", "find", "place", "goto", "give", "stop", "wait")
@@ -405,3 +408,39 @@ def actions_gbnf() -> str:
         f"speed  ::= {alt([_action_token(s) for s in SPEEDS])}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_plan_files() -> dict[str, str]:
+    """Return the shipped plan files' contents, generated from the vocabulary lists.
+
+    Returns:
+        ``{"plan.schema.json": ..., "plan_actions.gbnf": ...}``.
+    """
+    import json
+
+    return {
+        "plan.schema.json": json.dumps(plan_json_schema(), indent=2) + "\n",
+        "plan_actions.gbnf": actions_gbnf(),
+    }
+
+
+def write_plan_files(data_dir: str | Path) -> list[Path]:
+    """Write ``plan.schema.json`` and ``plan_actions.gbnf`` into a directory.
+
+    Args:
+        data_dir: usually ``robot_latency/data``.
+
+    Returns:
+        The paths written.
+    """
+    out = []
+    for name, text in render_plan_files().items():
+        path = Path(data_dir) / name
+        path.write_text(text)
+        out.append(path)
+    return out
+
+
+if __name__ == "__main__":
+    # python -m robot_latency.models.plan  -> regenerate the shipped grammar and schema
+    write_plan_files(Path(__file__).resolve().parent.parent / "data")

@@ -50,7 +50,7 @@ class LlamaCppConfig:
         n_threads: CPU threads for decode (leave a core to the planner loop).
         n_threads_batch: CPU threads for prefill (default: n_threads).
         n_gpu_layers: layers offloaded to the GPU (Jetson CUDA build; 0 on a CPU host).
-        n_ctx: context length allocated.
+        n_ctx: context length allocated (0: the model's trained context).
         chunk_tokens: prefill chunk size: a deadline check runs between chunks.
         flash_attn: use flash attention.
         kv_type: KV cache element type (f16, q8_0, ...).
@@ -71,7 +71,7 @@ class LlamaCppConfig:
     n_threads: int = 1
     n_threads_batch: int | None = None
     n_gpu_layers: int = 0
-    n_ctx: int = 512
+    n_ctx: int = 0
     chunk_tokens: int = 64
     flash_attn: bool = False
     kv_type: str = "f16"
@@ -93,8 +93,8 @@ class LlamaCppConfig:
             raise bad("n_threads", "must be >= 1")
         if self.n_threads_batch is not None and self.n_threads_batch < 1:
             raise bad("n_threads_batch", "must be >= 1")
-        if self.n_ctx < 16:
-            raise bad("n_ctx", "must be >= 16")
+        if self.n_ctx != 0 and self.n_ctx < 16:
+            raise bad("n_ctx", "must be 0 (the model's) or >= 16")
         if self.chunk_tokens < 1:
             raise bad("chunk_tokens", "must be >= 1")
         if self.kv_type not in KV_TYPES:
@@ -158,6 +158,7 @@ class LlamaCppEngine:
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(f"llamacpp: could not load {path}: {err}") from err
         self._ctx_ptr = self.llm._ctx.ctx
+        self.n_ctx = self.llm.n_ctx()
         self._eos = self.llm.token_eos()
         self._grammars: dict[str, Any] = {}
         # The abort callback: one ctypes object kept alive for the engine's life; it reads
@@ -176,7 +177,7 @@ class LlamaCppEngine:
 
             self.drafter = DraftModelDrafter(config.draft_model_path,
                                              n_threads=config.draft_n_threads,
-                                             n_ctx=config.n_ctx, target_vocab=self.llm.n_vocab())
+                                             n_ctx=self.n_ctx, target_vocab=self.llm.n_vocab())
         elif config.draft == "prompt_lookup":
             from robot_latency.engines.speculative import PromptLookupDrafter
 
@@ -283,9 +284,9 @@ class LlamaCppEngine:
         tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
         trace.tokenized_ns = clock()
         trace.prompt_tokens = len(tokens)
-        if len(tokens) + request.max_tokens > cfg.n_ctx:
+        if len(tokens) + request.max_tokens > self.n_ctx:
             raise EngineError(f"prompt of {len(tokens)} tokens + max_tokens "
-                              f"{request.max_tokens} exceeds n_ctx={cfg.n_ctx}")
+                              f"{request.max_tokens} exceeds the context of {self.n_ctx}")
         keep = self._reuse_prefix(tokens)
         trace.prefix_cache_tokens = keep
         # Prefill, chunk by chunk; the callback is armed for the whole prefill.

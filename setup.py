@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "rosbags>=0.10",
     "matplotlib>=3.5",
     "tqdm>=4.60",
+    "onnx>=1.15",
 ]
 
 EXTRAS = {

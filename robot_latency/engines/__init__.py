@@ -3,7 +3,7 @@
 Importing this package registers the engines whose dependencies are importable.
 """
 
-from robot_latency.engines import llamacpp, sim  # noqa: F401  (register "llamacpp", "sim")
+from robot_latency.engines import llamacpp, onnx, sim  # noqa: F401  (register the engines)
 from robot_latency.engines.base import (
     ENGINES,
     Engine,

@@ -1,0 +1,545 @@
+"""The ONNX Runtime engine at batch 1 over a decoder exported by
+:mod:`robot_latency.models.onnx_export`, timed to the token like the llama.cpp engine:
+
+    tokenize (llama.cpp's tokenizer, vocabulary only: prompts tokenize exactly as in the
+    llama.cpp engine) ─► keep the KV of the longest prefix shared with the previous call
+    ─► prefill in chunks of ``chunk_tokens`` (deadline/abort check between chunks: ONNX Runtime
+    cannot be interrupted inside a run) ─► greedy pick (optionally masked by the planner's action
+    grammar) ─► token stamped ─► run it ─► ...
+
+Providers are asked for explicitly, in order; those this onnxruntime build does not offer are
+skipped (logged), and the one that ran (``session.get_providers()[0]``) goes into :meth:`info`.
+
+With ``io_binding`` the KV cache stays in the provider's memory as ``OrtValue`` objects from one
+run to the next (outputs bound to the device, fed back as inputs); only the logits come back to
+the host. Without it every run copies the cache in and out through numpy.
+
+Grammar: ONNX Runtime has no GBNF engine, so the planner's action grammar
+(:func:`robot_latency.models.plan.actions_gbnf`) is applied as a logit mask computed by a small
+state machine over the step shapes. It works on the bytes of each token's piece, as llama.cpp's
+grammar sampler does, so a token that spells part of an action token (a byte token ``<``) is
+allowed exactly when llama.cpp would allow it; ``<end>`` (any end-of-generation token) is allowed
+only at a step boundary. Any other grammar text gives an error trace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines.base import (
+    AbortSignal,
+    EngineError,
+    GenerationRequest,
+    GenerationTrace,
+    StopReason,
+    register_engine,
+)
+from robot_latency.models.plan import (
+    ACTIONS,
+    COLORS,
+    LOCATION_ACTIONS,
+    LOCATIONS,
+    NO_SPEED_ACTIONS,
+    OBJECT_ACTIONS,
+    OBJECTS,
+    SPEEDS,
+    actions_gbnf,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROVIDERS: tuple[str, ...] = (
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+#: Providers whose memory is the GPU's (IO binding keeps the KV there).
+_GPU_PROVIDERS = {"TensorrtExecutionProvider": "cuda", "CUDAExecutionProvider": "cuda"}
+GRAMMAR_MASK = "planner-action-mask"
+
+
+@dataclass(frozen=True)
+class OnnxConfig:
+    """Options of the ONNX Runtime engine; all recorded with every run.
+
+    Args:
+        model_path: the ``.onnx`` decoder (FP32 or INT8) from ``export_onnx``/``export_all``.
+        providers: execution providers to ask for, in order of preference.
+        tokenizer_gguf: the GGUF whose vocabulary tokenizes prompts; "" = a GGUF with the same
+            stem next to the ``.onnx`` (``planner.int8.onnx`` -> ``planner.gguf``), else the
+            bundled planner.
+        intra_op_threads: ONNX Runtime threads inside an operator (leave a core to the loop).
+        io_binding: keep the KV cache on the provider's device between runs.
+        n_ctx: most tokens (prompt + output) per generation.
+        chunk_tokens: prefill chunk size: a deadline check runs between chunks.
+        prefix_cache: reuse the KV of the prefix shared with the previous prompt.
+        seed: sampling seed (only used when a request's temperature > 0).
+    """
+
+    model_path: str
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS
+    tokenizer_gguf: str = ""
+    intra_op_threads: int = 1
+    io_binding: bool = True
+    n_ctx: int = 512
+    chunk_tokens: int = 64
+    prefix_cache: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> EngineError:
+            return EngineError(f"onnx: {name}={getattr(self, name)!r}: {why}")
+
+        if isinstance(self.providers, (list, str)):  # from YAML / a CLI flag
+            object.__setattr__(self, "providers", tuple(
+                [self.providers] if isinstance(self.providers, str) else self.providers))
+        if not self.model_path:
+            raise bad("model_path", "an .onnx file is required")
+        if not self.providers or not all(isinstance(p, str) and p for p in self.providers):
+            raise bad("providers", "must be a non-empty tuple of provider names")
+        if self.intra_op_threads < 1:
+            raise bad("intra_op_threads", "must be >= 1")
+        if self.n_ctx < 16:
+            raise bad("n_ctx", "must be >= 16")
+        if self.chunk_tokens < 1:
+            raise bad("chunk_tokens", "must be >= 1")
+
+
+def resolve_tokenizer_gguf(model_path: Path, tokenizer_gguf: str = "") -> Path:
+    """Return the GGUF whose vocabulary tokenizes prompts for ``model_path``.
+
+    Args:
+        model_path: the ``.onnx`` file.
+        tokenizer_gguf: an explicit GGUF path ("" = look next to the model, then the bundled
+            planner).
+
+    Returns:
+        The GGUF path.
+
+    Raises:
+        EngineError: none found.
+    """
+    if tokenizer_gguf:
+        return Path(tokenizer_gguf)
+    stem = model_path.name[: -len(".onnx")] if model_path.name.endswith(".onnx") \
+        else model_path.stem
+    candidates = [stem]
+    for suffix in (".int8", ".fp32", ".fp16"):
+        if stem.endswith(suffix):
+            candidates.append(stem[: -len(suffix)])
+    for cand in candidates:
+        path = model_path.with_name(cand + ".gguf")
+        if path.is_file():
+            return path
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+
+    try:
+        return bundled_model_path()
+    except BundledModelError as err:
+        raise EngineError(f"onnx: no tokenizer GGUF next to {model_path} "
+                          f"({', '.join(c + '.gguf' for c in candidates)}) and {err}") from err
+
+
+def _normalize_gbnf(text: str) -> str:
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return "\n".join(" ".join(line.split()) for line in lines if line)
+
+
+class ActionGrammarMask:
+    """The planner's action grammar (``root ::= step+``) as a logit mask over token ids.
+
+    Matching is on token pieces (bytes, special tokens rendered), like llama.cpp's grammar
+    sampler: the state is the grammar position plus the bytes of an action token matched so far.
+
+    Args:
+        pieces: every token's piece, by id (``b""`` for tokens that render as nothing).
+        eog: the end-of-generation token ids (allowed only at a step boundary).
+    """
+
+    # Grammar positions; the "after a step" ones are where <end> may come.
+    START, OBJ_OR_COLOR, OBJ, LOC, SPEED_OK, STEP_DONE = range(6)
+    _COMPLETE = (SPEED_OK, STEP_DONE)
+
+    def __init__(self, pieces: list[bytes], eog: set[int]) -> None:
+        def tok(name: str) -> bytes:
+            return f"<{name}>".encode()
+
+        actions = {tok(a): (self.OBJ_OR_COLOR if a in OBJECT_ACTIONS else self.LOC
+                            if a in LOCATION_ACTIONS else self.STEP_DONE if a in NO_SPEED_ACTIONS
+                            else self.SPEED_OK) for a in ACTIONS}
+        colors = {f"<col:{c}>".encode(): self.OBJ for c in COLORS}
+        objects = {f"<obj:{o}>".encode(): self.SPEED_OK for o in OBJECTS}
+        locations = {f"<loc:{loc}>".encode(): self.SPEED_OK for loc in LOCATIONS}
+        speeds = {tok(s): self.STEP_DONE for s in SPEEDS}
+        # Next complete token text -> next position, per position.
+        self._next: dict[int, dict[bytes, int]] = {
+            self.START: actions,
+            self.OBJ_OR_COLOR: {**colors, **objects},
+            self.OBJ: objects,
+            self.LOC: locations,
+            self.SPEED_OK: {**speeds, **actions},
+            self.STEP_DONE: actions,
+        }
+        charset = set(b"".join(t for table in self._next.values() for t in table))
+        self.eog = np.array(sorted(eog), dtype=np.int64)
+        # Only tokens made of the grammar's bytes can ever match; the rest are masked always.
+        self._candidates = [(i, p) for i, p in enumerate(pieces)
+                            if p and i not in eog and set(p) <= charset]
+        self._allowed: dict[tuple[int, bytes], np.ndarray] = {}
+
+    def start(self) -> tuple[int, bytes]:
+        """Return the state before the first output token."""
+        return (self.START, b"")
+
+    def advance(self, state: tuple[int, bytes], piece: bytes) -> tuple[int, bytes] | None:
+        """Return the state after ``piece``, or None when the grammar rejects it."""
+        pos, partial = state
+        for byte in piece:
+            partial += bytes((byte,))
+            table = self._next[pos]
+            if partial in table:
+                pos, partial = table[partial], b""
+            elif not any(text.startswith(partial) for text in table):
+                return None
+        return (pos, partial)
+
+    def allowed(self, state: tuple[int, bytes]) -> np.ndarray:
+        """Return the sorted token ids the grammar allows next (cached per state)."""
+        ids = self._allowed.get(state)
+        if ids is None:
+            ok = [i for i, p in self._candidates if self.advance(state, p) is not None]
+            if state[1] == b"" and state[0] in self._COMPLETE:
+                ok.extend(int(e) for e in self.eog)
+            ids = np.array(sorted(ok), dtype=np.int64)
+            self._allowed[state] = ids
+        return ids
+
+
+class OnnxEngine:
+    """A batch-1 ONNX Runtime engine with per-token timing, prefix reuse, chunked prefill and
+    grammar-masked greedy decoding (see the module docstring)."""
+
+    name = "onnx"
+
+    def __init__(self, config: OnnxConfig, *, clock: Clock = DEFAULT_CLOCK) -> None:
+        import llama_cpp
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.config = config
+        self.clock = clock
+        self.closed = False
+        path = Path(config.model_path)
+        self.model_path = path
+        if not path.is_file():
+            raise EngineError(f"onnx: no model file at {path}")
+        available = set(ort.get_available_providers())
+        self.providers_requested = list(config.providers)
+        chosen = [p for p in config.providers if p in available]
+        self.providers_skipped = [p for p in config.providers if p not in available]
+        for p in self.providers_skipped:
+            log.info("onnx: provider %s is not available in this onnxruntime build; skipped", p)
+        if not chosen:
+            raise EngineError(f"onnx: none of the providers {list(config.providers)} is "
+                              f"available (available: {sorted(available)})")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = config.intra_op_threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=opts, providers=chosen)
+        except Exception as err:  # onnxruntime raises its own pybind types for bad files
+            raise EngineError(f"onnx: could not load {path}: {err}") from err
+        self.providers_session = list(self.session.get_providers())
+        self.provider = self.providers_session[0]
+        failed = [p for p in chosen if p not in self.providers_session]
+        if failed:
+            # ORT falls back silently-ish when a provider's libraries are missing (no GPU).
+            log.warning("onnx: providers %s are in this build but did not initialise; "
+                        "running on %s", failed, self.provider)
+        self.providers_failed = failed
+        self._device = _GPU_PROVIDERS.get(self.provider, "cpu")
+        self._read_graph(path)
+        tok_path = resolve_tokenizer_gguf(path, config.tokenizer_gguf)
+        self.tokenizer_path = tok_path
+        if not tok_path.is_file():
+            raise EngineError(f"onnx: no tokenizer GGUF at {tok_path}")
+        try:
+            self.llm = llama_cpp.Llama(str(tok_path), vocab_only=True, verbose=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise EngineError(f"onnx: could not load the tokenizer {tok_path}: {err}") from err
+        if self.llm.n_vocab() != self.vocab_size:
+            self.llm.close()
+            raise EngineError(f"onnx: tokenizer {tok_path} has {self.llm.n_vocab()} tokens, "
+                              f"model {path} has {self.vocab_size} logits")
+        self._pieces, self._eog = self._vocab_pieces()
+        # The end of a generation is the EOS token (``<end>``), as in the llama.cpp engine;
+        # the grammar mask allows every end-of-generation token llama.cpp's grammar allows.
+        self._eos = int(self.llm.token_eos())
+        self._mask: ActionGrammarMask | None = None
+        self._known_grammar = _normalize_gbnf(actions_gbnf())
+        self._cache_tokens: list[int] = []
+        self._kv: list[Any] = []
+        self._reset_cache()
+
+    # --- model facts -----------------------------------------------------------------------
+    def _read_graph(self, path: Path) -> None:
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        outputs = {o.name: o for o in self.session.get_outputs()}
+        if "input_ids" not in inputs or "logits" not in outputs or "past_key_0" not in inputs:
+            raise EngineError(f"onnx: {path} is not a KV-cache decoder (inputs {list(inputs)}, "
+                              f"outputs {list(outputs)})")
+        self.n_layers = sum(1 for n in inputs if n.startswith("past_key_"))
+        self._past = [f"past_{kind}_{i}" for i in range(self.n_layers)
+                      for kind in ("key", "value")]
+        self._present = [f"present_{kind}_{i}" for i in range(self.n_layers)
+                         for kind in ("key", "value")]
+        missing = [n for n in self._past if n not in inputs] + \
+            [n for n in self._present if n not in outputs]
+        if missing:
+            raise EngineError(f"onnx: {path} lacks KV cache I/O {missing[:4]}")
+        kv_shape = inputs["past_key_0"].shape  # [1, KV, past_seq, D]
+        self.n_kv_heads, self.head_dim = int(kv_shape[1]), int(kv_shape[3])
+        self.vocab_size = int(outputs["logits"].shape[-1])
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.weights = meta.get("weights", "unknown")
+        self.source_gguf = meta.get("source_gguf", "")
+
+    def _vocab_pieces(self) -> tuple[list[bytes], set[int]]:
+        """Return each token's piece (special tokens rendered, as llama.cpp's grammar sees
+        them) and the end-of-generation ids."""
+        import llama_cpp
+
+        vocab = self.llm._model.vocab
+        buf = ctypes.create_string_buffer(256)
+        pieces, eog = [], set()
+        for i in range(self.vocab_size):
+            n = llama_cpp.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
+            pieces.append(buf.raw[:n] if n > 0 else b"")
+            if llama_cpp.llama_vocab_is_eog(vocab, i):
+                eog.add(i)
+        return pieces, eog
+
+    def _grammar_mask(self, grammar: str | None) -> ActionGrammarMask | None:
+        if grammar is None:
+            return None
+        if _normalize_gbnf(grammar) != self._known_grammar:
+            raise EngineError(f"onnx: grammar not supported: this engine applies only the "
+                              f"planner's action grammar (actions_gbnf()) as a logit mask "
+                              f"({GRAMMAR_MASK}); got {grammar[:60]!r}...")
+        if self._mask is None:
+            self._mask = ActionGrammarMask(self._pieces, self._eog)
+        return self._mask
+
+    # --- KV cache and one run ----------------------------------------------------------------
+    def _empty_kv(self) -> Any:
+        arr = np.zeros((1, self.n_kv_heads, 0, self.head_dim), np.float32)
+        if self.config.io_binding:
+            return self._ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
+        return arr
+
+    def _reset_cache(self) -> None:
+        self._cache_tokens = []
+        self._kv = [self._empty_kv() for _ in self._past]
+
+    def _trim_cache(self, keep: int) -> None:
+        """Keep the KV of the first ``keep`` cached tokens."""
+        if keep == len(self._cache_tokens):
+            return
+        if keep == 0:
+            self._reset_cache()
+            return
+        trimmed = []
+        for value in self._kv:
+            arr = value.numpy() if self.config.io_binding else value
+            arr = np.ascontiguousarray(arr[:, :, :keep, :])  # (1, KV, keep, D)
+            trimmed.append(self._ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
+                           if self.config.io_binding else arr)
+        self._kv = trimmed
+        self._cache_tokens = self._cache_tokens[:keep]
+
+    def _run(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate ``tokens`` after the cache; return the last position's logits (V,)."""
+        ids = np.array([tokens], dtype=np.int64)  # (1, T)
+        if self.config.io_binding:
+            binding = self.session.io_binding()
+            binding.bind_cpu_input("input_ids", ids)
+            for name, value in zip(self._past, self._kv, strict=True):
+                binding.bind_ortvalue_input(name, value)
+            binding.bind_output("logits", "cpu")
+            for name in self._present:
+                binding.bind_output(name, self._device, 0)
+            self.session.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+            logits = outs[0].numpy()
+            self._kv = list(outs[1:])
+        else:
+            feeds = dict(zip(self._past, self._kv, strict=True))
+            feeds["input_ids"] = ids
+            outs = self.session.run(["logits", *self._present], feeds)
+            logits = outs[0]
+            self._kv = outs[1:]
+        self._cache_tokens.extend(tokens)
+        return logits[0, -1]  # (1, 1 or T, V) -> (V,)
+
+    def _reuse_prefix(self, tokens: list[int]) -> int:
+        keep = 0
+        if self.config.prefix_cache:
+            cached = self._cache_tokens
+            limit = min(len(cached), len(tokens) - 1)  # run >= 1 token: it gives the logits
+            while keep < limit and cached[keep] == tokens[keep]:
+                keep += 1
+        self._trim_cache(keep)
+        return keep
+
+    # --- the protocol ------------------------------------------------------------------------
+    def generate(self, request: GenerationRequest, *,
+                 abort: AbortSignal | None = None) -> GenerationTrace:
+        """Generate for ``request`` (see the module docstring); never raises for run-time
+        failures: the trace carries ``stop_reason="error"``."""
+        trace = GenerationTrace(started_ns=self.clock())
+        try:
+            self._generate(request, abort, trace)
+        except Exception as err:  # a broken model or request must not take the worker down
+            log.warning("onnx generation failed: %r", err)
+            trace.stop_reason, trace.error = StopReason.ERROR, f"{type(err).__name__}: {err}"
+            self._reset_cache()  # unknown KV state: start clean next time
+        finally:
+            trace.finished_ns = self.clock()
+        return trace
+
+    def _stop_now(self, request: GenerationRequest, abort: AbortSignal | None) -> StopReason | None:
+        if abort is not None and abort.is_set():
+            return StopReason.ABORTED
+        if request.deadline_ns is not None and self.clock() >= request.deadline_ns:
+            return StopReason.DEADLINE
+        return None
+
+    def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
+                  trace: GenerationTrace) -> None:
+        clock, cfg = self.clock, self.config
+        tokens = list(self.llm.tokenize(request.prompt.encode("utf-8"), add_bos=True,
+                                        special=True))
+        trace.tokenized_ns = clock()
+        trace.prompt_tokens = len(tokens)
+        if len(tokens) + request.max_tokens > cfg.n_ctx:
+            raise EngineError(f"prompt of {len(tokens)} tokens + max_tokens "
+                              f"{request.max_tokens} exceeds n_ctx={cfg.n_ctx}")
+        mask = self._grammar_mask(request.grammar)
+        keep = self._reuse_prefix(tokens)
+        trace.prefix_cache_tokens = keep
+        logits: np.ndarray | None = None
+        for start in range(keep, len(tokens), cfg.chunk_tokens):
+            stop = self._stop_now(request, abort)
+            if stop is not None:
+                trace.stop_reason = stop
+                return
+            logits = self._run(tokens[start: start + cfg.chunk_tokens])
+            trace.prefill_chunk_ns.append(clock())
+        assert logits is not None  # keep <= len(tokens) - 1: at least one chunk ran
+        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
+        state = mask.start() if mask is not None else None
+        sample_ns = mask_ns = 0
+        text_bytes = b""
+        stop_reason = StopReason.MAX_TOKENS
+        for i in range(request.max_tokens):
+            t0 = clock()
+            if state is not None:
+                allowed = mask.allowed(state)
+                if allowed.size == 0:
+                    raise EngineError("grammar allows no token here")
+                t_mask = clock()
+                mask_ns += t_mask - t0
+                token = int(allowed[self._pick(logits[allowed], request, rng)])
+            else:
+                token = self._pick(logits, request, rng)
+            now = clock()
+            sample_ns += now - t0
+            trace.token_ns.append(now)
+            trace.tokens.append(token)
+            if token == self._eos:
+                stop_reason = StopReason.DONE
+                break
+            if state is not None and token not in self._eog:
+                # An end-of-generation token leaves llama.cpp's grammar where it was.
+                state = mask.advance(state, self._pieces[token])
+                if state is None:
+                    raise EngineError(f"grammar rejected token {token}")
+            text_bytes += self.llm.detokenize([token], special=False)
+            if request.stop and any(s.encode() in text_bytes for s in request.stop):
+                stop_reason = StopReason.DONE
+                break
+            if i + 1 == request.max_tokens:
+                break
+            stop = self._stop_now(request, abort)
+            if stop is not None:
+                stop_reason = stop
+                break
+            logits = self._run([token])
+        text = text_bytes.decode("utf-8", errors="replace")
+        for s in request.stop:
+            if s and s in text:
+                text = text[: text.index(s)]
+        trace.text = text
+        trace.stop_reason = stop_reason
+        trace.phases_extra_ns["sample"] = sample_ns
+        if mask is not None:
+            trace.phases_extra_ns["grammar"] = mask_ns
+
+    @staticmethod
+    def _pick(logits: np.ndarray, request: GenerationRequest,
+              rng: np.random.Generator | None) -> int:
+        """Greedy (first maximum, as llama.cpp's greedy sampler) or softmax sampling."""
+        if rng is None:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / request.temperature
+        p = np.exp(z - z.max())
+        return int(rng.choice(len(p), p=p / p.sum()))
+
+    def info(self) -> dict[str, Any]:
+        """Return the configuration, the model file and the provider that ran."""
+        import onnxruntime as ort
+
+        return {"engine": self.name, **asdict(self.config),
+                "providers": list(self.config.providers),
+                "model_path": str(self.model_path),
+                "model_bytes": os.path.getsize(self.model_path),
+                "weights": self.weights, "source_gguf": self.source_gguf,
+                "tokenizer_gguf_resolved": str(self.tokenizer_path),
+                "provider": self.provider, "providers_session": self.providers_session,
+                "providers_skipped": self.providers_skipped,
+                "providers_failed": self.providers_failed,
+                "kv_device": self._device, "n_layers": self.n_layers,
+                "onnxruntime": ort.__version__, "grammar": GRAMMAR_MASK}
+
+    def close(self) -> None:
+        """Free the session and the tokenizer (idempotent)."""
+        if not self.closed:
+            self.closed = True
+            self._kv = []
+            self.session = None  # type: ignore[assignment]
+            self.llm.close()
+
+    def __enter__(self) -> OnnxEngine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+@register_engine("onnx")
+def make_onnx_engine(*, clock: Clock = DEFAULT_CLOCK, **options: Any) -> OnnxEngine:
+    """Create an :class:`OnnxEngine` from keyword options (fields of :class:`OnnxConfig`)."""
+    try:
+        config = OnnxConfig(**options)
+    except TypeError as err:
+        raise EngineError(f"onnx: {err}") from err
+    return OnnxEngine(config, clock=clock)

@@ -438,6 +438,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_streams_make(args: argparse.Namespace) -> int:
+    from robot_latency.models.corpus import CorpusConfig, generate_corpus
+    from robot_latency.streams import SHIPPED_STREAMS, make_shipped_streams, make_stream_file
+    from robot_latency.streams.shipped import pick_texts
+
+    # Held-out commands: the planner never saw them in training.
+    texts = [c.text for c in generate_corpus(CorpusConfig()).heldout]
+    out = Path(args.out)
+    if args.shipped:
+        for path in make_shipped_streams(out, texts, storage=args.storage):
+            _out(f"wrote {path}")
+        names = ", ".join(f"{s.name} ({s.process}, {s.rate_hz:g} Hz, {s.n_commands})"
+                          for s in SHIPPED_STREAMS)
+        _out(f"streams: {names}")
+        return 0
+    if args.process is None:
+        raise UsageError("give --process periodic|poisson|bursty (or --shipped)")
+    path = make_stream_file(out, pick_texts(texts, args.count, seed=args.seed),
+                            process=args.process, rate_hz=args.rate_hz, seed=args.seed,
+                            storage=args.storage, topic=args.topic)
+    _out(f"wrote {path}: {args.count} commands, {args.process} at {args.rate_hz:g} Hz")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.markdown import write_report
@@ -599,6 +623,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="progress bar even without a tty")
     p.add_argument("--out", required=True, help="sweep directory to create")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("streams", help="command streams: make rosbag2 streams from the corpus")
+    ssub = p.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
+    sp = ssub.add_parser("make", help="write a rosbag2 (MCAP) command stream",
+                         description="Writes operator commands (held-out commands of the "
+                                     "demo corpus, short and long mixed) with an arrival "
+                                     "process as a rosbag2 bag directory.")
+    sp.add_argument("--out", required=True, help="bag directory to create (--shipped: parent)")
+    sp.add_argument("--shipped", action="store_true", help="the streams the project ships")
+    sp.add_argument("--process", choices=("periodic", "poisson", "bursty"), default=None)
+    sp.add_argument("--rate-hz", type=float, default=0.5, help="mean commands per second")
+    sp.add_argument("--count", type=_positive_int, default=60)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    sp.add_argument("--topic", default="/planner/command")
+    sp.set_defaults(func=cmd_streams_make)
 
     p = sub.add_parser("report", help="compare run directories; write plots and report.md")
     p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")

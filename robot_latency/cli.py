@@ -35,6 +35,11 @@ from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.session import RunError
 from robot_latency.records import RecordError, read_records
 from robot_latency.report.rundir import ReportError
+
+try:  # the model tools need only gguf and llama-cpp-python, both installed; keep import cheap
+    from robot_latency.models.ladder import LadderError as ModelBuildError
+except ImportError:  # pragma: no cover
+    ModelBuildError = RuntimeError  # type: ignore[misc,assignment]
 from robot_latency.report.summary import summarize, write_summary
 from robot_latency.streams import StreamError
 
@@ -462,6 +467,60 @@ def cmd_streams_make(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_ladder(man: Any, seconds: float) -> None:
+    built = ", ".join(man.built) or "nothing (all current)"
+    _out(f"{man.name}: built {built} in {seconds:.1f} s")
+    rows = [[q, f"{lv.bytes / 1e6:.1f}", f"{lv.effective_bpw:.2f}", str(lv.file)]
+            for q, lv in man.levels.items()]
+    _out(_table(["quant", "MB", "bits/weight", "file"], rows))
+
+
+def cmd_models_build(args: argparse.Namespace) -> int:
+    import time
+
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.ladder import (
+        INFLATED_PREFIX,
+        build_ladder,
+        default_cache_dir,
+        ensure_inflated,
+        plan_accuracy_by_level,
+    )
+
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    _out(f"model cache: {cache}")
+    planner = bundled_model_path("planner")
+    t0 = time.perf_counter()
+    man = build_ladder(planner, cache, quants=_split(args.quants), name="planner")
+    _show_ladder(man, time.perf_counter() - t0)
+    if args.accuracy:
+        from robot_latency.models.bundled import load_manifest
+        from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
+
+        held = generate_corpus(corpus_config_from_dict(load_manifest()["corpus"])).heldout
+        acc = plan_accuracy_by_level(man, held[: args.accuracy], reference="source")
+        _out(f"\nplan exact-match against the shipped F32 planner, "
+             f"{min(args.accuracy, len(held))} held-out commands:")
+        _out(_table(["quant", "exact match"], [[q, f"{a:.3f}"] for q, a in acc.items()]))
+    for preset in _split(args.inflate):
+        t0 = time.perf_counter()
+        src = ensure_inflated(planner, preset, cache)
+        man = build_ladder(src, cache, quants=["F16", *_split(args.inflated_quants)],
+                           name=INFLATED_PREFIX + preset)
+        _out("")
+        _show_ladder(man, time.perf_counter() - t0)
+    return 0
+
+
+def cmd_models_synth(args: argparse.Namespace) -> int:
+    from robot_latency.models.synth import SYNTH_DESCRIPTION, synth
+
+    out = Path(args.out or f"{args.shape}.{args.quant}.synth.gguf")
+    path = synth(args.shape, args.quant, out, seed=args.seed)
+    _out(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {SYNTH_DESCRIPTION}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.markdown import write_report
@@ -624,6 +683,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="sweep directory to create")
     p.set_defaults(func=cmd_sweep)
 
+    p = sub.add_parser("models", help="build the quantization ladder, inflated and synthetic "
+                                      "models (nothing is downloaded)")
+    msub = p.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    mp = msub.add_parser(
+        "build", help="quantize the shipped planner (and its inflations) with llama.cpp",
+        description="Builds the quantization ladder of the shipped planner with llama.cpp's "
+                    "own quantizer, and the planner inflated function-preservingly into real "
+                    "model shapes (same outputs, the real per-token cost) with its ladder. "
+                    "Skips whatever is already built from the same source.")
+    mp.add_argument("--quants", default="F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K")
+    mp.add_argument("--inflate", default="qwen2.5-0.5b",
+                    help="comma-separated presets to inflate into ('' for none)")
+    mp.add_argument("--inflated-quants", default="Q8_0,Q4_K_M,Q4_0")
+    mp.add_argument("--accuracy", type=int, default=0,
+                    help="also measure plan exact-match per level on N held-out commands")
+    mp.add_argument("--cache-dir", default=None, help="default: the user cache")
+    mp.set_defaults(func=cmd_models_build)
+    mp = msub.add_parser("synth", help="a random-weight GGUF of a preset shape (timing only)")
+    mp.add_argument("--shape", required=True, help="preset id, e.g. qwen2.5-0.5b")
+    mp.add_argument("--quant", default="Q4_K_M")
+    mp.add_argument("--out", default=None)
+    mp.add_argument("--seed", type=int, default=0)
+    mp.set_defaults(func=cmd_models_synth)
+
     p = sub.add_parser("streams", help="command streams: make rosbag2 streams from the corpus")
     ssub = p.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
     sp = ssub.add_parser("make", help="write a rosbag2 (MCAP) command stream",
@@ -663,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError,
-            ReportError) as err:
+            ReportError, ModelBuildError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

@@ -1,0 +1,317 @@
+"""Function-preserving inflation of the trained planner into a real model's tensor shapes.
+
+A tiny planner is launch-overhead bound and far faster than any model a robot would run, so its
+timings say little about a deployment. ``inflate`` writes the same function in the exact tensor
+shapes of a preset (REFERENCE 6: Qwen2.5-0.5B, Llama-3.2-1B, ...), so llama.cpp does the real
+per-token work of that model while the plans stay the planner's (REFERENCE 8 gives the recipe,
+tried here before):
+
+* hidden size: zero-padded. Embedding columns, q/k/v/gate/up input columns and o/down output
+  rows past the small width are zero, so the padded coordinates of the residual stream stay 0.
+* RMSNorm: with ``d_small`` real coordinates out of ``d_big``, ``mean(x**2)`` shrinks by
+  ``d_small/d_big``; every norm gain is scaled by ``sqrt(d_small/d_big)`` and the file's epsilon
+  by ``d_small/d_big``, which makes each norm's output equal the small model's exactly.
+* heads: small KV head ``j`` becomes big KV head ``j``; small query head ``h`` (which reads KV
+  head ``h // g_small``) goes to slot ``h % g_small`` of the big model's group of that KV head
+  (``(h // g_small) * g_big + h % g_small``), so the GQA mapping is preserved. head_dim must be
+  equal (it sets the attention scale and RoPE): a mismatch is an error, not something to fake.
+  Unused heads have zero projections and zero attention-output columns.
+* FFN: extra units have zero gate/up rows and zero down columns (``silu(0) * 0 = 0``).
+* layers: extra layers are appended with zero attention-output and FFN-down matrices, so they
+  pass the residual stream through unchanged.
+* vocabulary: padded with ``<unused_N>`` tokens of type UNUSED (5) so the GGUF's tokenizer has
+  ``vocab_size`` entries; their embedding and output rows are zero.
+
+**Padded tokens have logit 0, which can beat every real token.** The planner must constrain
+sampling to the real vocabulary: the action grammar (``plan.actions_gbnf()``) does this for plans;
+argmax over the whole vocabulary (``evaluate.GGUFPlanner.greedy``) does not and may emit
+``<unused_N>``.
+
+The result is written as architecture ``llama`` (untied output head), whatever the preset's
+architecture: Qwen2's q/k/v biases are omitted (a few tens of thousands of parameters), which
+does not change the per-token cost, dominated by matrix bytes. Tensors are made and written one at
+a time (a Qwen2.5-0.5B-shape F16 file is ~1.3 GB; F32 twice that), never all in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robot_latency.models.export import GGUFShape, gguf_tensor_names
+from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
+
+__all__ = [
+    "UNUSED_TOKEN_TYPE",
+    "InflateError",
+    "InflationPlan",
+    "inflate",
+    "pad_vocab",
+    "plan_inflation",
+    "read_vocab",
+]
+
+logger = logging.getLogger(__name__)
+
+UNUSED_TOKEN_TYPE = 5  # gguf.TokenType.UNUSED / LLAMA_TOKEN_TYPE_UNUSED
+
+
+class InflateError(ValueError):
+    """A model cannot be inflated into the requested shape."""
+
+
+@dataclass(frozen=True)
+class InflationPlan:
+    """Where each part of the small model goes in the big one.
+
+    Attributes:
+        small: the source's hyper-parameters.
+        big: the target's hyper-parameters (epsilon already scaled).
+        q_slot: big query-head index of each small query head.
+        gain_scale: ``sqrt(d_small / d_big)``, applied to every RMSNorm gain.
+    """
+
+    small: GGUFShape
+    big: GGUFShape
+    q_slot: tuple[int, ...]
+    gain_scale: float
+
+
+def _target_shape(target: Any) -> tuple[str, GGUFShape]:
+    """Return (label, shape without eps/rope/context) for a preset id or a ModelShape-like."""
+    from robot_latency.floor.modelinfo import PRESETS
+
+    if isinstance(target, str):
+        if target not in PRESETS:
+            raise InflateError(f"unknown preset {target!r}; known: {', '.join(sorted(PRESETS))}")
+        target = PRESETS[target]
+    if target.n_heads * target.head_dim != target.hidden:
+        raise InflateError(
+            f"{target.name}: n_heads * head_dim = {target.n_heads * target.head_dim} != hidden "
+            f"{target.hidden}; the llama GGUF layout here needs them equal"
+        )
+    shape = GGUFShape(
+        vocab_size=target.vocab_size, dim=target.hidden, n_layers=target.n_layers,
+        n_heads=target.n_heads, n_kv_heads=target.n_kv_heads, ffn_dim=target.ffn,
+    )
+    return str(target.name), shape
+
+
+def plan_inflation(small: GGUFShape, target: Any) -> InflationPlan:
+    """Check that ``small`` fits in ``target`` and place its heads.
+
+    Args:
+        small: the source's hyper-parameters.
+        target: a preset id (``"qwen2.5-0.5b"``) or a ``modelinfo.ModelShape``.
+
+    Returns:
+        The plan.
+
+    Raises:
+        InflateError: head_dim differs, or some dimension of the source exceeds the target's, or
+            a GQA group of the source is larger than the target's.
+    """
+    label, big = _target_shape(target)
+    if small.head_dim != big.head_dim:
+        raise InflateError(
+            f"head_dim {small.head_dim} of the source differs from {label}'s {big.head_dim}: it "
+            f"sets the attention scale and RoPE, so inflation cannot preserve the function"
+        )
+    checks = {
+        "dim": (small.dim, big.dim), "n_layers": (small.n_layers, big.n_layers),
+        "n_heads": (small.n_heads, big.n_heads), "n_kv_heads": (small.n_kv_heads, big.n_kv_heads),
+        "ffn_dim": (small.ffn_dim, big.ffn_dim), "vocab_size": (small.vocab_size, big.vocab_size),
+    }
+    too_big = {k: v for k, v in checks.items() if v[0] > v[1]}
+    if too_big:
+        raise InflateError(f"source larger than {label} in {too_big} (source, target)")
+    g_small = small.n_heads // small.n_kv_heads
+    g_big = big.n_heads // big.n_kv_heads
+    if g_small > g_big:
+        raise InflateError(
+            f"source has {g_small} query heads per KV head, {label} only {g_big}: the GQA mapping "
+            f"cannot be preserved"
+        )
+    q_slot = tuple((h // g_small) * g_big + h % g_small for h in range(small.n_heads))
+    ratio = small.dim / big.dim
+    big = GGUFShape(
+        vocab_size=big.vocab_size, dim=big.dim, n_layers=big.n_layers, n_heads=big.n_heads,
+        n_kv_heads=big.n_kv_heads, ffn_dim=big.ffn_dim, context_length=small.context_length,
+        rope_base=small.rope_base, norm_eps=small.norm_eps * ratio,
+    )
+    return InflationPlan(small=small, big=big, q_slot=q_slot, gain_scale=math.sqrt(ratio))
+
+
+def read_vocab(reader: Any) -> Vocab:
+    """Return the tokenizer vocabulary stored in a GGUF (a ``gguf.GGUFReader``)."""
+    tokens = reader.get_field("tokenizer.ggml.tokens").contents()
+    scores = reader.get_field("tokenizer.ggml.scores").contents()
+    types = reader.get_field("tokenizer.ggml.token_type").contents()
+    return Vocab(
+        tokens=tuple(str(t) for t in tokens),
+        scores=tuple(float(s) for s in scores),
+        types=tuple(int(t) for t in types),
+    )
+
+
+def pad_vocab(vocab: Vocab, size: int) -> Vocab:
+    """Extend a vocabulary to ``size`` with ``<unused_N>`` tokens of type UNUSED (score 0).
+
+    Raises:
+        InflateError: the vocabulary is already larger than ``size``.
+    """
+    extra = size - vocab.size
+    if extra < 0:
+        raise InflateError(f"vocabulary of {vocab.size} tokens does not fit in {size}")
+    taken = set(vocab.tokens)
+    pad: list[str] = []
+    n = 0
+    while len(pad) < extra:
+        tok = f"<unused_{n}>"
+        n += 1
+        if tok not in taken:
+            pad.append(tok)
+    return Vocab(
+        tokens=(*vocab.tokens, *pad),
+        scores=(*vocab.scores, *([0.0] * extra)),
+        types=(*vocab.types, *([UNUSED_TOKEN_TYPE] * extra)),
+    )
+
+
+def _big_tensor(
+    name: str, shape: tuple[int, ...], small: dict[str, np.ndarray], plan: InflationPlan,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """Make one tensor of the inflated model (torch layout ``(out, in)``)."""
+    s, hd = plan.small, plan.small.head_dim
+    out = np.zeros(shape, dtype=dtype)
+    parts = name.split(".")
+    if parts[0] == "blk":
+        layer, kind = int(parts[1]), parts[2]
+        if layer >= s.n_layers:
+            # Extra layer: every matrix zero, so attention and FFN add 0 to the residual. Norm
+            # gains are zero too (their output only feeds zero matrices).
+            return out
+        w = small[name]
+        if kind in ("attn_norm", "ffn_norm"):
+            out[: s.dim] = w * plan.gain_scale
+        elif kind == "attn_q":  # (n_heads * hd, dim)
+            for h, slot in enumerate(plan.q_slot):
+                out[slot * hd : (slot + 1) * hd, : s.dim] = w[h * hd : (h + 1) * hd]
+        elif kind in ("attn_k", "attn_v"):  # (n_kv_heads * hd, dim): KV head j stays j
+            out[: w.shape[0], : s.dim] = w
+        elif kind == "attn_output":  # (dim, n_heads * hd)
+            for h, slot in enumerate(plan.q_slot):
+                out[: s.dim, slot * hd : (slot + 1) * hd] = w[:, h * hd : (h + 1) * hd]
+        elif kind in ("ffn_gate", "ffn_up"):  # (ffn, dim)
+            out[: s.ffn_dim, : s.dim] = w
+        elif kind == "ffn_down":  # (dim, ffn)
+            out[: s.dim, : s.ffn_dim] = w
+        else:
+            raise InflateError(f"no inflation rule for tensor {name}")
+        return out
+    w = small[name]
+    if name == "output_norm.weight":
+        out[: s.dim] = w * plan.gain_scale
+    elif name in ("token_embd.weight", "output.weight"):  # (vocab, dim); padded rows stay 0
+        out[: s.vocab_size, : s.dim] = w
+    else:
+        raise InflateError(f"no inflation rule for tensor {name}")
+    return out
+
+
+def _tensors(
+    plan: InflationPlan, small: dict[str, np.ndarray], dtype: str
+) -> Iterator[tuple[str, np.ndarray]]:
+    for name, shape in gguf_tensor_names(plan.big).items():
+        # Norm vectors stay F32 (as llama.cpp's converter writes them); matrices take dtype.
+        np_dtype = np.dtype(np.float16 if dtype == "F16" and len(shape) > 1 else np.float32)
+        yield name, _big_tensor(name, shape, small, plan, np_dtype)
+
+
+def inflate(
+    src_gguf: str | Path, preset_id: Any, out_path: str | Path, *, dtype: str = "F16"
+) -> Path:
+    """Inflate a planner GGUF into a preset's exact tensor shapes, preserving its function.
+
+    The output computes the same logits over the real vocabulary (to accumulation-order error);
+    padded vocabulary entries get logit 0 and can beat every real token, so decode with the
+    action grammar (or another mask to the real vocabulary). Written as a llama GGUF with an
+    untied output head; Qwen2 q/k/v biases are omitted. See the module docstring for the recipe.
+
+    Args:
+        src_gguf: the trained planner (F32/F16 llama GGUF, as ``export.export_gguf`` writes).
+        preset_id: a ``modelinfo.PRESETS`` id (``"qwen2.5-0.5b"``, ``"llama-3.2-1b"``) or a
+            ``modelinfo.ModelShape``.
+        out_path: the GGUF to write (via ``<out_path>.tmp``, renamed when complete).
+        dtype: ``"F16"`` or ``"F32"`` for the matrices (norms stay F32).
+
+    Returns:
+        ``out_path``.
+
+    Raises:
+        InflateError: the shapes are incompatible (head_dim differs, source too large) or the
+            dtype is unknown.
+    """
+    import gguf
+
+    from robot_latency.models.export import read_gguf
+
+    if dtype not in ("F32", "F16"):
+        raise InflateError(f"dtype must be F32 or F16, got {dtype!r}")
+    src_shape, small = read_gguf(src_gguf)
+    plan = plan_inflation(src_shape, preset_id)
+    label, _ = _target_shape(preset_id)
+    vocab = pad_vocab(read_vocab(gguf.GGUFReader(str(src_gguf))), plan.big.vocab_size)
+    big = plan.big
+    out_path = Path(out_path)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer.add_name(f"robot_latency planner inflated to {label} shape")
+    writer.add_description(
+        f"The robot_latency planner ({src_shape.n_layers} layers, {src_shape.dim} wide) inflated "
+        f"function-preservingly into {label}'s tensor shapes (zero padding, norm gains scaled by "
+        f"sqrt(d_small/d_big), eps by d_small/d_big; q/k/v biases omitted). Padded vocabulary "
+        f"(<unused_N>) has logit 0: constrain sampling to the real vocabulary (action grammar)."
+    )
+    writer.add_context_length(big.context_length)
+    writer.add_embedding_length(big.dim)
+    writer.add_block_count(big.n_layers)
+    writer.add_feed_forward_length(big.ffn_dim)
+    writer.add_head_count(big.n_heads)
+    writer.add_head_count_kv(big.n_kv_heads)
+    writer.add_rope_dimension_count(big.head_dim)
+    writer.add_rope_freq_base(big.rope_base)
+    writer.add_layer_norm_rms_eps(big.norm_eps)
+    writer.add_vocab_size(big.vocab_size)
+    ftype = gguf.LlamaFileType.ALL_F32 if dtype == "F32" else gguf.LlamaFileType.MOSTLY_F16
+    writer.add_file_type(int(ftype))
+    write_tokenizer_metadata(writer, vocab)
+    # Declare every tensor first (the header needs their shapes), then stream them in order.
+    for name, shape in gguf_tensor_names(big).items():
+        np_dtype = np.dtype(np.float16 if dtype == "F16" and len(shape) > 1 else np.float32)
+        writer.add_tensor_info(name, shape, np_dtype, int(np.prod(shape)) * np_dtype.itemsize)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for _name, arr in _tensors(plan, small, dtype):
+            writer.write_tensor_data(arr)
+            del arr
+        writer.close()
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(out_path)
+    logger.info(
+        "inflated %s into %s shape: %s (%d bytes, %s)",
+        src_gguf, label, out_path, out_path.stat().st_size, dtype,
+    )
+    return out_path

@@ -1,0 +1,574 @@
+"""The quantization ladder: one GGUF per llama.cpp quantization preset, built by llama.cpp itself.
+
+``build_ladder`` runs llama.cpp's own quantizer (llama-cpp-python's ``llama_model_quantize``) on a
+source GGUF (F32 or F16) once per level and records what came out in a manifest next to the files::
+
+    <cache_dir>/<name>.<QUANT>.gguf      one file per level (F16, Q8_0, ..., Q2_K)
+    <cache_dir>/<name>.ladder.json       the manifest (see LadderManifest.to_dict)
+
+A level is rebuilt only when the source changed (its sha256) or its file is missing or has another
+size than recorded. The per-tensor types are read back from each file, never assumed from the
+preset: K-quants need rows divisible by 256 and llama.cpp falls back to another type (Q5_0, Q8_0,
+...) for tensors whose rows are not, which on a small model is most of them.
+
+``ladder_model_path`` is what the CLI's ``--quant`` resolves through: a model name (the bundled
+planner, an inflated planner, or a GGUF path) and a level give a file, built on first use into the
+default cache directory (``$ROBOT_LATENCY_CACHE_DIR/models``, else
+``$XDG_CACHE_HOME/robot_latency/models``, else ``~/.cache/robot_latency/models``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INFLATED_PREFIX",
+    "LADDER",
+    "VALID_QUANTS",
+    "LadderError",
+    "LadderLevel",
+    "LadderManifest",
+    "build_ladder",
+    "default_cache_dir",
+    "ladder_model_path",
+    "load_ladder_manifest",
+    "plan_accuracy_by_level",
+    "quantize_gguf",
+    "sha256_file",
+]
+
+logger = logging.getLogger(__name__)
+
+LADDER: tuple[str, ...] = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0", "Q3_K_M", "Q2_K")
+"""The levels ``robot-latency models build`` makes, highest precision first."""
+
+VALID_QUANTS: tuple[str, ...] = ("F32", *LADDER)
+"""Every level name the ladder accepts (F32 as well, for exact comparisons)."""
+
+INFLATED_PREFIX = "planner-inflated-"
+"""Model names ``planner-inflated-<preset id>`` name the planner inflated into a preset's shape."""
+
+_MANIFEST_VERSION = 1
+_LEVEL_SUFFIX = re.compile(r"\.(" + "|".join(re.escape(q) for q in VALID_QUANTS) + r")$", re.I)
+
+
+class LadderError(RuntimeError):
+    """A ladder level cannot be built, found or evaluated."""
+
+
+@dataclass(frozen=True)
+class LadderLevel:
+    """One built level of the ladder.
+
+    Attributes:
+        quant: the llama.cpp preset name (``Q4_K_M``).
+        file: the file name, relative to the cache directory.
+        bytes: file size.
+        sha256: file hash.
+        effective_bpw: ``8 * tensor bytes / params`` read from the file (profile_from_gguf).
+        tensor_types: ``{ggml type: tensors of that type}``, read back from the file.
+        tensor_type_bytes: ``{ggml type: bytes of that type}``, read back from the file.
+        tensors: ``{tensor name: ggml type}``, read back from the file.
+        seconds: wall time the build took (0 when the level is the source itself).
+    """
+
+    quant: str
+    file: str
+    bytes: int
+    sha256: str
+    effective_bpw: float
+    tensor_types: dict[str, int]
+    tensor_type_bytes: dict[str, int]
+    tensors: dict[str, str]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "quant": self.quant,
+            "file": self.file,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "effective_bpw": self.effective_bpw,
+            "tensor_types": dict(self.tensor_types),
+            "tensor_type_bytes": dict(self.tensor_type_bytes),
+            "tensors": dict(self.tensors),
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LadderLevel:
+        """Rebuild a level from :meth:`to_dict`'s output."""
+        return cls(
+            quant=str(data["quant"]),
+            file=str(data["file"]),
+            bytes=int(data["bytes"]),
+            sha256=str(data["sha256"]),
+            effective_bpw=float(data["effective_bpw"]),
+            tensor_types={str(k): int(v) for k, v in data["tensor_types"].items()},
+            tensor_type_bytes={
+                str(k): int(v) for k, v in data.get("tensor_type_bytes", {}).items()
+            },
+            tensors={str(k): str(v) for k, v in data.get("tensors", {}).items()},
+            seconds=float(data["seconds"]),
+        )
+
+
+@dataclass
+class LadderManifest:
+    """A ladder: the source and its built levels.
+
+    Attributes:
+        name: file-name stem of every level (``planner``).
+        cache_dir: where the levels and the manifest live.
+        source: the source GGUF path.
+        source_sha256: its hash when the levels were built.
+        source_bytes: its size.
+        levels: built levels by quant name, in ladder order.
+        built: levels this call built (not saved; empty when everything was reused).
+    """
+
+    name: str
+    cache_dir: Path
+    source: str
+    source_sha256: str
+    source_bytes: int
+    levels: dict[str, LadderLevel] = field(default_factory=dict)
+    built: list[str] = field(default_factory=list)
+
+    @property
+    def manifest_path(self) -> Path:
+        """Return ``<cache_dir>/<name>.ladder.json``."""
+        return manifest_path(self.cache_dir, self.name)
+
+    @property
+    def quants(self) -> list[str]:
+        """Return the built levels, highest precision first."""
+        return list(self.levels)
+
+    def path(self, quant: str) -> Path:
+        """Return the file of a built level.
+
+        Raises:
+            LadderError: the level is not built.
+        """
+        q = normalize_quant(quant)
+        if q not in self.levels:
+            raise LadderError(f"{self.manifest_path}: level {q} not built (built: {self.quants})")
+        return self.cache_dir / self.levels[q].file
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the manifest as JSON-ready data (what ``<name>.ladder.json`` holds)."""
+        return {
+            "version": _MANIFEST_VERSION,
+            "name": self.name,
+            "source": self.source,
+            "source_sha256": self.source_sha256,
+            "source_bytes": self.source_bytes,
+            "llama_cpp_python": _llama_cpp_version(),
+            "quants": self.quants,
+            "levels": {q: lv.to_dict() for q, lv in self.levels.items()},
+        }
+
+    def save(self) -> Path:
+        """Write the manifest atomically; return its path."""
+        path = self.manifest_path
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def normalize_quant(quant: str) -> str:
+    """Return the canonical level name (``q4_k_m`` -> ``Q4_K_M``).
+
+    Raises:
+        LadderError: not a ladder level; the message lists the valid names.
+    """
+    q = str(quant).strip().upper()
+    if q not in VALID_QUANTS:
+        raise LadderError(f"unknown quant {quant!r}; valid: {', '.join(VALID_QUANTS)}")
+    return q
+
+
+def manifest_path(cache_dir: str | Path, name: str) -> Path:
+    """Return ``<cache_dir>/<name>.ladder.json``."""
+    return Path(cache_dir) / f"{name}.ladder.json"
+
+
+def level_path(cache_dir: str | Path, name: str, quant: str) -> Path:
+    """Return ``<cache_dir>/<name>.<QUANT>.gguf``."""
+    return Path(cache_dir) / f"{name}.{normalize_quant(quant)}.gguf"
+
+
+def default_cache_dir() -> Path:
+    """Return the model cache directory.
+
+    ``$ROBOT_LATENCY_CACHE_DIR/models``, else ``$XDG_CACHE_HOME/robot_latency/models``, else
+    ``~/.cache/robot_latency/models`` (the same root as the host-probe cache).
+    """
+    explicit = os.environ.get("ROBOT_LATENCY_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser() / "models"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "robot_latency" / "models"
+
+
+def sha256_file(path: str | Path, *, chunk_bytes: int = 1 << 22) -> str:
+    """Return the hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(chunk_bytes):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _llama_cpp_version() -> str | None:
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return str(getattr(llama_cpp, "__version__", None))
+
+
+def _ftype(quant: str) -> int:
+    import llama_cpp
+
+    q = normalize_quant(quant)
+    attr = "LLAMA_FTYPE_ALL_F32" if q == "F32" else f"LLAMA_FTYPE_MOSTLY_{q}"
+    value = getattr(llama_cpp, attr, None)
+    if value is None:
+        raise LadderError(f"this llama-cpp-python ({_llama_cpp_version()}) has no {attr}")
+    return int(value)
+
+
+def quantize_gguf(src: str | Path, dst: str | Path, quant: str, *, nthread: int = 0) -> Path:
+    """Quantize a GGUF with llama.cpp's own quantizer (``llama_model_quantize``).
+
+    Writes to ``dst + ".tmp"`` first and renames, so a failed or interrupted run leaves no file.
+
+    Args:
+        src: the F32/F16 GGUF.
+        dst: the output path.
+        quant: a level name (``VALID_QUANTS``).
+        nthread: quantizer threads (<= 0: llama.cpp uses every core).
+
+    Returns:
+        ``dst``.
+
+    Raises:
+        LadderError: a bad level name, or llama.cpp failed (its log is on stderr).
+    """
+    import llama_cpp
+
+    src, dst = Path(src), Path(dst)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.nthread = int(nthread)
+    params.ftype = _ftype(quant)
+    tmp = dst.with_name(dst.name + ".tmp")
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
+    if rc != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        raise LadderError(f"llama_model_quantize {src} -> {dst} ({quant}) failed with code {rc}")
+    os.replace(tmp, dst)
+    return dst
+
+
+def _read_level(path: Path, quant: str, seconds: float, sha: str | None = None) -> LadderLevel:
+    """Describe a built file from what it holds."""
+    from robot_latency.floor.modelinfo import profile_from_gguf
+
+    prof = profile_from_gguf(path)
+    counts: dict[str, int] = {}
+    for t in prof.tensors:
+        counts[t.ggml_type] = counts.get(t.ggml_type, 0) + 1
+    return LadderLevel(
+        quant=quant,
+        file=path.name,
+        bytes=path.stat().st_size,
+        sha256=sha or sha256_file(path),
+        effective_bpw=round(prof.effective_bpw, 4),
+        tensor_types=counts,
+        tensor_type_bytes=dict(prof.tensor_types),
+        tensors={t.name: t.ggml_type for t in prof.tensors},
+        seconds=round(seconds, 3),
+    )
+
+
+def load_ladder_manifest(cache_dir: str | Path, name: str) -> LadderManifest | None:
+    """Read ``<cache_dir>/<name>.ladder.json``; None when absent or unreadable."""
+    path = manifest_path(cache_dir, name)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") != _MANIFEST_VERSION:
+            return None
+        return LadderManifest(
+            name=str(data["name"]),
+            cache_dir=Path(cache_dir),
+            source=str(data["source"]),
+            source_sha256=str(data["source_sha256"]),
+            source_bytes=int(data["source_bytes"]),
+            levels={q: LadderLevel.from_dict(lv) for q, lv in data["levels"].items()},
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        logger.warning("ignoring unreadable ladder manifest %s: %s", path, err)
+        return None
+
+
+def _default_name(src: Path) -> str:
+    """``planner.gguf`` -> ``planner``; ``x.F16.gguf`` -> ``x``."""
+    return _LEVEL_SUFFIX.sub("", src.stem)
+
+
+def build_ladder(
+    src_gguf: str | Path,
+    cache_dir: str | Path,
+    *,
+    quants: Iterable[str] = LADDER,
+    name: str | None = None,
+    nthread: int = 0,
+) -> LadderManifest:
+    """Quantize a GGUF into every requested level, reusing levels the manifest says are current.
+
+    A level is reused when the manifest's source sha256 equals the source's and the level's file
+    is present with the recorded size; otherwise it is (re)built. A changed source invalidates
+    every level. Levels built earlier for the same source but not requested now stay in the
+    manifest. When a level's path is the source file itself (an inflated ``<name>.F16.gguf``
+    quantized from itself), it is recorded without being rebuilt.
+
+    Args:
+        src_gguf: the F32/F16 source GGUF.
+        cache_dir: where levels and the manifest go (created if missing).
+        quants: levels to make (``VALID_QUANTS`` names, any case).
+        name: file-name stem; defaults to the source's stem without a ``.<QUANT>`` suffix.
+        nthread: quantizer threads (<= 0: every core).
+
+    Returns:
+        The manifest (``built`` lists what this call made).
+
+    Raises:
+        LadderError: the source is missing, a level name is bad, or llama.cpp failed.
+    """
+    src = Path(src_gguf)
+    if not src.is_file():
+        raise LadderError(f"ladder source {src} is not a file")
+    wanted = [normalize_quant(q) for q in quants]
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    name = name or _default_name(src)
+    src_sha = sha256_file(src)
+    old = load_ladder_manifest(cache, name)
+    levels: dict[str, LadderLevel] = {}
+    if old is not None and old.source_sha256 == src_sha:
+        for q, lv in old.levels.items():
+            f = cache / lv.file
+            if f.is_file() and f.stat().st_size == lv.bytes:
+                levels[q] = lv
+    elif old is not None:
+        logger.info("%s: source %s changed; rebuilding every level", old.manifest_path, src)
+    man = LadderManifest(
+        name=name,
+        cache_dir=cache,
+        source=str(src.resolve()),
+        source_sha256=src_sha,
+        source_bytes=src.stat().st_size,
+    )
+    for q in wanted:
+        if q in levels:
+            logger.info("ladder %s: %s is current, skipped", name, q)
+            continue
+        out = level_path(cache, name, q)
+        t0 = time.perf_counter()
+        if out.resolve() == src.resolve():
+            levels[q] = _read_level(out, q, 0.0, sha=src_sha)
+        else:
+            quantize_gguf(src, out, q, nthread=nthread)
+            levels[q] = _read_level(out, q, time.perf_counter() - t0)
+        man.built.append(q)
+        logger.info(
+            "ladder %s: built %s (%d bytes, %.2f bpw, %.1f s)",
+            name, q, levels[q].bytes, levels[q].effective_bpw, levels[q].seconds,
+        )
+    order = {q: i for i, q in enumerate(VALID_QUANTS)}
+    man.levels = {q: levels[q] for q in sorted(levels, key=order.__getitem__)}
+    if man.built or old is None or old.to_dict()["levels"] != man.to_dict()["levels"]:
+        man.save()
+    return man
+
+
+def ensure_inflated(planner: Path, preset: str, cache: Path) -> Path:
+    """Return the planner inflated into ``preset`` at F16, (re)making it when it is missing or
+    was made from another planner file (a sidecar records the source's sha256)."""
+    from robot_latency.models.inflate import InflateError, inflate
+
+    src = level_path(cache, INFLATED_PREFIX + preset, "F16")
+    sidecar = src.with_name(src.name + ".source.json")
+    planner_sha = sha256_file(planner)
+    if src.is_file() and sidecar.is_file():
+        try:
+            if json.loads(sidecar.read_text()).get("source_sha256") == planner_sha:
+                return src
+        except (OSError, ValueError):
+            pass  # unreadable sidecar: make the file again
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        inflate(planner, preset, src, dtype="F16")
+    except InflateError as err:
+        raise LadderError(f"cannot inflate {planner} into {preset}: {err}") from err
+    sidecar.write_text(json.dumps({"source": str(planner), "source_sha256": planner_sha,
+                                   "preset": preset, "dtype": "F16"}, indent=2) + "\n")
+    return src
+
+
+def _resolve_source(model: str | None, cache: Path) -> tuple[Path, str]:
+    """Return (source GGUF, ladder name) for a model name, making an inflated source if needed."""
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+
+    key = (model or "").strip()
+    if key in ("", "planner", "planner-draft"):
+        try:
+            return bundled_model_path(key or "planner"), key or "planner"
+        except BundledModelError as err:
+            raise LadderError(str(err)) from err
+    if key.startswith(INFLATED_PREFIX):
+        from robot_latency.floor.modelinfo import PRESETS
+
+        preset = key[len(INFLATED_PREFIX) :]
+        if preset not in PRESETS:
+            valid = ", ".join(INFLATED_PREFIX + p for p in sorted(PRESETS))
+            raise LadderError(f"unknown inflated model {key!r}; valid: {valid}")
+        try:
+            planner = bundled_model_path("planner")
+        except BundledModelError as err:
+            raise LadderError(str(err)) from err
+        return ensure_inflated(planner, preset, cache), key
+    path = Path(key).expanduser()
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return path, _default_name(path)
+    raise LadderError(
+        f"unknown model {model!r}: give 'planner', 'planner-draft', "
+        f"'{INFLATED_PREFIX}<preset>' or the path of an existing .gguf file"
+    )
+
+
+def ladder_model_path(
+    model: str | None, quant: str, *, cache_dir: str | Path | None = None
+) -> Path:
+    """Return the GGUF of a model at a ladder level, building it on first use.
+
+    Args:
+        model: None, ``""`` or ``"planner"`` (the bundled planner), ``"planner-draft"``,
+            ``"planner-inflated-<preset id>"`` (the planner inflated into that preset's shape; the
+            F16 inflation is made on first use), or a GGUF path.
+        quant: a level name (``VALID_QUANTS``, any case).
+        cache_dir: defaults to :func:`default_cache_dir`.
+
+    Returns:
+        The level's file.
+
+    Raises:
+        LadderError: a bad quant (the message lists the valid names) or model, or a failed build.
+    """
+    q = normalize_quant(quant)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    src, name = _resolve_source(model, cache)
+    man = build_ladder(src, cache, quants=(q,), name=name)
+    return man.path(q)
+
+
+def _command_text(cmd: Any) -> str:
+    return cmd if isinstance(cmd, str) else str(cmd.text)
+
+
+def greedy_plans(
+    path: str | Path, commands: Sequence[Any], *, max_tokens: int = 24, n_threads: int = 2
+) -> list[list[int]]:
+    """Decode each command greedily, grammar-constrained, with the project's llama.cpp engine.
+
+    Args:
+        path: the GGUF.
+        commands: command texts, or objects with a ``text`` attribute (corpus ``Command``).
+        max_tokens: most tokens per plan.
+        n_threads: llama.cpp threads.
+
+    Returns:
+        The output token ids per command (``<end>`` included when it came).
+
+    Raises:
+        LadderError: a generation failed.
+    """
+    from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
+    from robot_latency.models.plan import actions_gbnf
+    from robot_latency.models.tokenizer import format_prompt
+
+    grammar = actions_gbnf()
+    engine = create_engine(
+        "llamacpp", model_path=str(path), n_threads=n_threads, n_ctx=128, prefix_cache=False,
+        abort_callback=False,
+    )
+    try:
+        out = []
+        for cmd in commands:
+            text = _command_text(cmd)
+            request = GenerationRequest(
+                prompt=format_prompt(text), max_tokens=max_tokens, grammar=grammar
+            )
+            trace = engine.generate(request)
+            if trace.stop_reason == StopReason.ERROR:
+                raise LadderError(f"{path}: generation failed for {text!r}: {trace.error}")
+            out.append(list(trace.tokens))
+        return out
+    finally:
+        engine.close()
+
+
+def plan_accuracy_by_level(
+    manifest: LadderManifest,
+    commands: Sequence[Any],
+    *,
+    reference: str = "F16",
+    max_tokens: int = 24,
+    n_threads: int = 2,
+) -> dict[str, float]:
+    """Return, per level, the fraction of commands whose greedy plan equals the reference's.
+
+    Plans are decoded greedily with the action grammar (the engine's grammar-constrained path),
+    prompt ``format_prompt(command)``; equality is over the output token ids.
+
+    Args:
+        manifest: a built ladder.
+        commands: held-out commands (texts, or corpus ``Command`` objects).
+        reference: ``"source"`` (the unquantized source file) or a built level's name.
+        max_tokens: most tokens per plan.
+        n_threads: llama.cpp threads.
+
+    Returns:
+        ``{quant: exact-match fraction}`` for every built level (the reference level gives 1.0).
+
+    Raises:
+        LadderError: no commands, or the reference level is not built.
+    """
+    if not commands:
+        raise LadderError("plan_accuracy_by_level needs at least one command")
+    ref_path = Path(manifest.source) if reference == "source" else manifest.path(reference)
+    ref = greedy_plans(ref_path, commands, max_tokens=max_tokens, n_threads=n_threads)
+    acc: dict[str, float] = {}
+    for q in manifest.levels:
+        got = greedy_plans(manifest.path(q), commands, max_tokens=max_tokens, n_threads=n_threads)
+        acc[q] = sum(a == b for a, b in zip(ref, got, strict=True)) / len(ref)
+        logger.info(
+            "ladder %s: %s plan exact-match vs %s %.3f", manifest.name, q, reference, acc[q]
+        )
+    return acc

@@ -1,0 +1,65 @@
+"""Synthetic random-weight GGUFs of preset shapes (timing only)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+gguf = pytest.importorskip("gguf")
+
+from robot_latency.engines.base import GenerationRequest, create_engine  # noqa: E402
+from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf  # noqa: E402
+from robot_latency.models import synth as syn  # noqa: E402
+from robot_latency.models.ladder import LadderError  # noqa: E402
+from robot_latency.models.plan import actions_gbnf  # noqa: E402
+from robot_latency.models.tokenizer import build_vocab, format_prompt  # noqa: E402
+
+
+def test_smollm2_135m_q4_0(tmp_path) -> None:
+    out = syn.synth("smollm2-135m", "Q4_0", tmp_path / "s.gguf", seed=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.gguf"]  # intermediate F16 deleted
+    preset = PRESETS["smollm2-135m"]
+    prof = profile_from_gguf(out)
+    assert (prof.n_layers, prof.n_heads, prof.n_kv_heads, prof.head_dim, prof.hidden, prof.ffn) == (
+        30, 9, 3, 64, 576, 1536)
+    assert prof.vocab_size == preset.vocab_size
+    assert prof.tied_embeddings is True
+    assert abs(prof.params / preset.param_count() - 1) < 0.02
+    assert prof.quant == "Q4_0"
+    assert prof.tensor_types.get("Q4_0", 0) > 0.5 * prof.weight_bytes_total
+    assert syn.SYNTH_DESCRIPTION in prof.name
+    desc = gguf.GGUFReader(str(out)).get_field("general.description").contents()
+    assert "timing only" in desc
+    # Loadable, and the planner's prompts tokenize (noise out, under the grammar).
+    engine = create_engine("llamacpp", model_path=str(out), n_threads=1, n_ctx=64,
+                           abort_callback=False)
+    try:
+        trace = engine.generate(GenerationRequest(prompt=format_prompt("pick up the red cup"),
+                                                  max_tokens=3, grammar=actions_gbnf()))
+        assert trace.error is None
+        assert trace.prompt_tokens == 7  # <s> pick up the red cup <plan>
+        assert 1 <= len(trace.tokens) <= 3
+    finally:
+        engine.close()
+
+
+def test_custom_shape_f16_untied_deterministic(tmp_path) -> None:
+    shape = ModelShape(
+        id="t", name="Tiny", architecture="llama", n_layers=2, hidden=128, n_heads=2,
+        n_kv_heads=1, head_dim=64, ffn=256, vocab_size=build_vocab().size + 10,
+        tied_embeddings=False, qkv_bias=False, context_length=256,
+    )
+    a = syn.synth(shape, "F16", tmp_path / "a.gguf", seed=1)
+    b = syn.synth(shape, "F16", tmp_path / "b.gguf", seed=1)
+    assert a.read_bytes() == b.read_bytes()
+    prof = profile_from_gguf(a)
+    assert prof.params == shape.param_count()
+    assert prof.tied_embeddings is False
+    assert prof.context_length == 256
+
+
+def test_bad_inputs(tmp_path) -> None:
+    with pytest.raises(syn.SynthError, match="unknown preset"):
+        syn.synth("nope", "F16", tmp_path / "x.gguf")
+    with pytest.raises(LadderError, match="valid:"):
+        syn.synth("smollm2-135m", "Q9", tmp_path / "x.gguf")

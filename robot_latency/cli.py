@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency import __version__
+from robot_latency.demo import DemoError
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import (
     DEVICES,
@@ -521,6 +522,64 @@ def cmd_models_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    import time
+
+    from robot_latency.demo import DemoConfig, run_demo
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.ladder import (
+        INFLATED_PREFIX,
+        build_ladder,
+        default_cache_dir,
+        ensure_inflated,
+    )
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.streams import SHIPPED_DIR
+
+    t_start = time.perf_counter()
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} exists and is not empty; remove it or pass --out")
+    quants = _split(args.quants)
+    if len(quants) < 1:
+        raise UsageError("--quants needs at least one level")
+    cache = default_cache_dir()
+    _out(f"[1/3] models: the shipped planner inflated into the {args.inflate} shape, "
+         f"levels {', '.join(quants)} (cache {cache})")
+    planner = bundled_model_path("planner")
+    src = ensure_inflated(planner, args.inflate, cache)
+    name = INFLATED_PREFIX + args.inflate
+    man = build_ladder(src, cache, quants=quants, name=name)
+    _show_ladder(man, time.perf_counter() - t_start)
+    stream = Path(args.stream) if args.stream else SHIPPED_DIR / "steady_operator"
+    _out(f"\n[2/3] bandwidth floor of these files on this host and the Orin modules "
+         f"(ms per token at {args.context} tokens of context):")
+    host = load_or_probe_host()
+    devices = [host, *(d for d in DEVICES.values() if d.family.startswith("orin"))]
+    rows = []
+    for d in devices:
+        row = [d.id, f"{d.bandwidth_gbps:.4g}"]
+        for q in quants:
+            model = resolve_model(str(man.path(q)))
+            p = predict_floor(model, d, context_tokens=args.context)
+            row.append(f"{p.itl_floor_ms:.2f}")
+        rows.append(row)
+    _out(_table(["device", "GB/s", *quants], rows))
+    _out(f"\n[3/3] replaying {stream} (x{args.speed:g}) through planner_node and bag_replayer "
+         f"over ROS 2 (Fast DDS), deadline {args.deadline_ms:g} ms, one configuration per level")
+    configs = [DemoConfig(label=q, params={
+        "engine": "llamacpp", "model": str(man.path(q)), "device_profile": args.device,
+        "mode": args.mode, "deadline_ms": float(args.deadline_ms),
+        "period_ms": float(max(args.period_ms, args.deadline_ms)),
+        **({"n_threads": args.n_threads} if args.n_threads else {})}) for q in quants]
+    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=args.speed)
+    _out("")
+    _out(to_markdown(compare_runs(runs)))
+    _out(f"\nreport with plots: {report}")
+    _out(f"demo finished in {time.perf_counter() - t_start:.0f} s")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.markdown import write_report
@@ -707,6 +766,27 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--seed", type=int, default=0)
     mp.set_defaults(func=cmd_models_synth)
 
+    p = sub.add_parser(
+        "demo", help="the main job: quant levels of the inflated planner through ROS 2",
+        description="Builds the inflated planner's quant levels (nothing downloaded), prints "
+                    "their bandwidth floors on this host and the Orin modules, replays a "
+                    "bundled command stream through the planner_node and bag_replayer "
+                    "processes over ROS 2 for each level, then prints the comparison and "
+                    "writes the report with plots.")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--quants", default="Q8_0,Q4_K_M,Q4_0")
+    p.add_argument("--inflate", default="qwen2.5-0.5b", help="preset shape to inflate into")
+    p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")
+    p.add_argument("--speed", type=float, default=3.0)
+    p.add_argument("--mode", default="event", choices=("periodic", "event"))
+    p.add_argument("--deadline-ms", type=float, default=300.0)
+    p.add_argument("--period-ms", type=float, default=400.0)
+    p.add_argument("--device", default="orin-nano-8gb", help="target device for predictions")
+    p.add_argument("--n-threads", type=int, default=0, help="engine threads (0: cores - 1)")
+    p.add_argument("--context", type=_nonneg_int, default=32,
+                   help="context tokens for the floor table")
+    p.set_defaults(func=cmd_demo)
+
     p = sub.add_parser("streams", help="command streams: make rosbag2 streams from the corpus")
     ssub = p.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
     sp = ssub.add_parser("make", help="write a rosbag2 (MCAP) command stream",
@@ -746,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError,
-            ReportError, ModelBuildError) as err:
+            ReportError, ModelBuildError, DemoError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

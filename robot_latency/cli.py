@@ -343,15 +343,22 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
 
 
 def _model_for_quant(model: str | None, quant: str | None) -> str | None:
-    """Return the GGUF for a model at a quant level (the built ladder), or the model as is."""
-    if quant is None:
+    """Return the GGUF to load for --model and --quant.
+
+    A path is used as it is (with --quant: its ladder level, built on first use); the names
+    'planner', 'planner-draft' and 'planner-inflated-<preset>' are the shipped models.
+    """
+    from robot_latency.models.ladder import INFLATED_PREFIX, ladder_model_path
+
+    named = model in (None, "", "planner", "planner-draft") or (
+        model is not None and model.startswith(INFLATED_PREFIX))
+    if quant is None and not named:
         return model
-    try:
-        from robot_latency.models import ladder  # built by `robot-latency models build`
-    except ImportError as err:
-        raise UsageError(f"--quant {quant}: this version has no quantization ladder; "
-                         "pass a quantized GGUF with --model") from err
-    return str(ladder.ladder_model_path(model, quant))
+    if quant is None and model in (None, "", "planner", "planner-draft"):
+        from robot_latency.models.bundled import bundled_model_path
+
+        return str(bundled_model_path(model or "planner"))
+    return str(ladder_model_path(model, quant or "F16"))
 
 
 def _read_stream(args: argparse.Namespace) -> Any:
@@ -629,9 +636,13 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL: skip bad lines (reported) instead of stopping")
-    p.add_argument("--engine", default="sim", help="engine name (sim, llamacpp, onnx)")
-    p.add_argument("--model", default=None, help="GGUF path, or a preset for the sim engine")
-    p.add_argument("--quant", default=None, help="quant type (a preset's, or a ladder level)")
+    p.add_argument("--engine", default="llamacpp",
+                   help="engine name: llamacpp (default), onnx, sim (predicts --device)")
+    p.add_argument("--model", default=None,
+                   help="GGUF path, 'planner' (default: the bundled planner), "
+                        "'planner-inflated-<preset>', or a preset for the sim engine")
+    p.add_argument("--quant", default=None,
+                   help="ladder level of --model (built on first use), or a preset's quant")
     p.add_argument("--device", default="orin-nano-8gb",
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",

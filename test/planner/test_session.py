@@ -129,7 +129,8 @@ def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     runs = []
     for device in ("orin-agx-64gb", "orin-nano-4gb"):
         out = tmp_path / device
-        assert main(["run", "--stream", str(path), "--device", device, "--runner", "inline",
+        assert main(["run", "--stream", str(path), "--engine", "sim", "--device", device,
+                     "--runner", "inline",
                      "--deadline-ms", "60", "--period-ms", "100", "--asap", "--mode", "event",
                      "--label", device, "--out", str(out)]) == 0
         runs.append(str(out))
@@ -147,7 +148,8 @@ def test_cli_sweep_over_devices_and_deadlines(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = _stream(tmp_path, [0, 100, 200])
     out = tmp_path / "sweep"
-    assert main(["sweep", "--stream", str(path), "--devices", "orin-agx-64gb,orin-nano-4gb",
+    assert main(["sweep", "--stream", str(path), "--engine", "sim",
+                 "--devices", "orin-agx-64gb,orin-nano-4gb",
                  "--deadlines", "40,80", "--runner", "inline", "--asap", "--mode", "event",
                  "--out", str(out)]) == 0
     table = capsys.readouterr().out
@@ -172,7 +174,8 @@ def test_signal_mid_run_leaves_complete_files(tmp_path: Path, sig: str) -> None:
 
     path = _stream(tmp_path, [i * 50 for i in range(400)])
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "robot_latency.cli", "run", "--stream",
+    proc = subprocess.Popen([sys.executable, "-m", "robot_latency.cli", "run", "--engine", "sim",
+                             "--stream",
                              str(path), "--device", "orin-agx-64gb", "--deadline-ms", "40",
                              "--period-ms", "50", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -191,3 +194,19 @@ def test_signal_mid_run_leaves_complete_files(tmp_path: Path, sig: str) -> None:
     assert summary["cycles"] == len(lines)
     assert 5 <= len(lines) < 400
     assert json.loads((out / "manifest.json").read_text())["status"] == "finished"
+
+
+def test_cli_run_llamacpp_on_a_ladder_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    path = _stream(tmp_path, [0, 100, 200])
+    out = tmp_path / "q4"
+    assert main(["run", "--stream", str(path), "--quant", "Q4_0", "--asap", "--mode", "event",
+                 "--deadline-ms", "900", "--period-ms", "1000", "--out", str(out),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine"] == "llamacpp"
+    assert manifest["engine_info"]["model_path"].endswith("planner.Q4_0.gguf")
+    assert manifest["model"]["quant"] == "Q4_0" and len(manifest["model"]["sha256"]) == 64
+    assert summary["cycles"] == 3 and summary["plan_sources"].get("model", 0) >= 2

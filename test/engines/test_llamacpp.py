@@ -180,3 +180,24 @@ def test_missing_model_and_bad_options_named(tmp_path: Path) -> None:
         create_engine("llamacpp", model_path=str(tmp_path / "x.gguf"), n_threads=0)
     with pytest.raises(EngineError, match=r"draft_model_path"):
         create_engine("llamacpp", model_path=str(tmp_path / "x.gguf"), draft="model")
+
+
+def test_greedy_grammar_fast_path_equals_the_full_grammar_chain(engine, model: Path) -> None:
+    """Checking the grammar on the argmax first must give exactly llama.cpp's chain output."""
+    import llama_cpp
+
+    ref = llama_cpp.Llama(model_path=str(model), n_ctx=1024, n_batch=32, verbose=False)
+    grammar = llama_cpp.LlamaGrammar.from_string(actions_gbnf(), verbose=False)
+    try:
+        for cmd in COMMANDS:
+            prompt = ref.tokenize(format_prompt(cmd).encode(), add_bos=True, special=True)
+            ref.reset()
+            want = []
+            for tok in ref.generate(prompt, temp=0.0, repeat_penalty=1.0, grammar=grammar):
+                want.append(int(tok))
+                if tok == ref.token_eos() or len(want) == 16:
+                    break
+            got = engine.generate(_req(cmd, max_tokens=16, grammar=actions_gbnf()))
+            assert got.tokens == want
+    finally:
+        ref.close()

@@ -11,11 +11,31 @@ tried here before):
 * RMSNorm: with ``d_small`` real coordinates out of ``d_big``, ``mean(x**2)`` shrinks by
   ``d_small/d_big``; every norm gain is scaled by ``sqrt(d_small/d_big)`` and the file's epsilon
   by ``d_small/d_big``, which makes each norm's output equal the small model's exactly.
-* heads: small KV head ``j`` becomes big KV head ``j``; small query head ``h`` (which reads KV
-  head ``h // g_small``) goes to slot ``h % g_small`` of the big model's group of that KV head
-  (``(h // g_small) * g_big + h % g_small``), so the GQA mapping is preserved. head_dim must be
-  equal (it sets the attention scale and RoPE): a mismatch is an error, not something to fake.
-  Unused heads have zero projections and zero attention-output columns.
+* heads: small KV head ``k`` goes to sub-block ``s`` of big KV head ``b`` (see "head packing"
+  below; with equal head_dim, ``b = k`` and ``s = 0``). Small query head ``h`` (which reads KV
+  head ``k = h // g_small``) takes slot ``s * g_small + h % g_small`` of the big model's query
+  group of ``b``, so it reads exactly the KV head it read before. Unused heads (and unused KV
+  sub-blocks) have zero projections and zero attention-output columns.
+* head packing (``head_dim_small < head_dim_big``; ``p = head_dim_big / head_dim_small`` must be
+  an integer): a big head of ``head_dim_big`` dims is ``p`` sub-blocks of ``head_dim_small`` dims
+  (sub-block ``s`` = dims ``[s*hs, (s+1)*hs)``), each holding one small KV head. A small query
+  head's q rows fill the sub-block of its KV head, zeros elsewhere, so its scores only see that
+  KV head's dims; the rows are scaled by ``sqrt(head_dim_big/head_dim_small)`` so that llama.cpp's
+  softmax scale ``1/sqrt(head_dim_big)`` equals the small model's ``1/sqrt(head_dim_small)``. Its
+  attention output holds the right weighted sum of V in its own sub-block and other KV heads'
+  values in the rest: the attn_output columns of those sub-blocks are zero. RoPE: llama.cpp's
+  llama architecture takes an optional ``rope_freqs.weight`` (F32, ``[n_rot/2]``, shared by all
+  layers; Llama-3.1's rope-scaling tensor) and rotates adjacent pair ``j`` by
+  ``pos * base**(-2j/n_rot) / rope_freqs[j]``; with ``n_rot = head_dim_big`` and the small
+  model's base, ``rope_freqs[j] = base**(-2j/hd_big) / base**(-2i/hs)`` for ``j = s*hs/2 + i``
+  gives every sub-block the small model's frequencies. Equal head_dims write no rope_freqs.
+  Assignment ("spread"): small KV head ``k`` goes to big KV head ``k % n_kv_big``, sub-block
+  ``k // n_kv_big``. That balances the load, so the most small KV heads any big one hosts is
+  ``ceil(n_kv_small / n_kv_big)``, the least possible: if spread does not fit (more than ``p``
+  sub-blocks, or more than ``g_big`` query heads in one group), no assignment does. The shipped
+  planner (8/4 heads, head_dim 32) into Qwen2.5-0.5B (14/2, head_dim 64): 2 small KV heads per big
+  one, 4 of 7 query slots; into Llama-3.2-1B (32/8, head_dim 64): 1 per big KV head (sub-block
+  0), 2 of 4 query slots.
 * FFN: extra units have zero gate/up rows and zero down columns (``silu(0) * 0 = 0``).
 * layers: extra layers are appended with zero attention-output and FFN-down matrices, so they
   pass the residual stream through unchanged.
@@ -48,6 +68,7 @@ from robot_latency.models.export import GGUFShape, gguf_tensor_names
 from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
 
 __all__ = [
+    "ROPE_FREQS",
     "UNUSED_TOKEN_TYPE",
     "InflateError",
     "InflationPlan",
@@ -60,6 +81,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 UNUSED_TOKEN_TYPE = 5  # gguf.TokenType.UNUSED / LLAMA_TOKEN_TYPE_UNUSED
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's LLM_TENSOR_ROPE_FREQS: per-pair RoPE divisors
 
 
 class InflateError(ValueError):
@@ -75,12 +97,21 @@ class InflationPlan:
         big: the target's hyper-parameters (epsilon already scaled).
         q_slot: big query-head index of each small query head.
         gain_scale: ``sqrt(d_small / d_big)``, applied to every RMSNorm gain.
+        kv_slot: (big KV head, sub-block) of each small KV head.
+        pack: ``head_dim_big / head_dim_small`` (sub-blocks per big head; 1 without packing).
+        q_scale: ``sqrt(pack)``, applied to the q rows.
+        rope_freqs: the ``rope_freqs.weight`` values (``head_dim_big / 2``), or None when the
+            head_dims are equal (no tensor is written).
     """
 
     small: GGUFShape
     big: GGUFShape
     q_slot: tuple[int, ...]
     gain_scale: float
+    kv_slot: tuple[tuple[int, int], ...] = ()
+    pack: int = 1
+    q_scale: float = 1.0
+    rope_freqs: tuple[float, ...] | None = None
 
 
 def _target_shape(target: Any) -> tuple[str, GGUFShape]:
@@ -114,38 +145,67 @@ def plan_inflation(small: GGUFShape, target: Any) -> InflationPlan:
         The plan.
 
     Raises:
-        InflateError: head_dim differs, or some dimension of the source exceeds the target's, or
-            a GQA group of the source is larger than the target's.
+        InflateError: head_dim_big is not a multiple of head_dim_small, or some dimension of the
+            source exceeds the target's, or the source's KV heads do not fit in the target's KV
+            heads' sub-blocks, or their query heads do not fit in the target's GQA groups.
     """
     label, big = _target_shape(target)
-    if small.head_dim != big.head_dim:
+    hs, hb = small.head_dim, big.head_dim
+    if hs > hb or hb % hs:
         raise InflateError(
-            f"head_dim {small.head_dim} of the source differs from {label}'s {big.head_dim}: it "
-            f"sets the attention scale and RoPE, so inflation cannot preserve the function"
+            f"head_dim {hs} of the source does not divide {label}'s head_dim {hb}: small heads "
+            f"pack into big ones only when head_dim_big is a multiple of head_dim_small"
         )
+    if hs % 2:
+        raise InflateError(f"head_dim {hs} of the source is odd: RoPE rotates pairs")
+    pack = hb // hs
     checks = {
         "dim": (small.dim, big.dim), "n_layers": (small.n_layers, big.n_layers),
-        "n_heads": (small.n_heads, big.n_heads), "n_kv_heads": (small.n_kv_heads, big.n_kv_heads),
-        "ffn_dim": (small.ffn_dim, big.ffn_dim), "vocab_size": (small.vocab_size, big.vocab_size),
+        "n_heads": (small.n_heads, big.n_heads), "ffn_dim": (small.ffn_dim, big.ffn_dim),
+        "vocab_size": (small.vocab_size, big.vocab_size),
     }
     too_big = {k: v for k, v in checks.items() if v[0] > v[1]}
     if too_big:
         raise InflateError(f"source larger than {label} in {too_big} (source, target)")
+    if small.n_heads % small.n_kv_heads or big.n_heads % big.n_kv_heads:
+        raise InflateError("n_heads must be a multiple of n_kv_heads in the source and target")
     g_small = small.n_heads // small.n_kv_heads
     g_big = big.n_heads // big.n_kv_heads
-    if g_small > g_big:
+    per_big = -(-small.n_kv_heads // big.n_kv_heads)  # small KV heads on the fullest big one
+    if per_big > pack:
         raise InflateError(
-            f"source has {g_small} query heads per KV head, {label} only {g_big}: the GQA mapping "
-            f"cannot be preserved"
+            f"source n_kv_heads {small.n_kv_heads} does not fit in {label}: {big.n_kv_heads} KV "
+            f"heads x {pack} sub-block(s) of head_dim {hs} (head_dim {hb}) = "
+            f"{big.n_kv_heads * pack} small KV heads at most"
         )
-    q_slot = tuple((h // g_small) * g_big + h % g_small for h in range(small.n_heads))
+    if per_big * g_small > g_big:
+        raise InflateError(
+            f"query slots do not fit: {per_big} source KV head(s) per {label} KV head need "
+            f"{per_big * g_small} query heads ({g_small} per KV head), a {label} GQA group has "
+            f"only {g_big}"
+        )
+    # "spread": small KV head k -> big KV head k % n_kv_big, sub-block k // n_kv_big.
+    kv_slot = tuple((k % big.n_kv_heads, k // big.n_kv_heads) for k in range(small.n_kv_heads))
+    q_slot = tuple(
+        kv_slot[h // g_small][0] * g_big + kv_slot[h // g_small][1] * g_small + h % g_small
+        for h in range(small.n_heads)
+    )
+    rope_freqs = None
+    if pack > 1:
+        base = small.rope_base
+        rope_freqs = tuple(
+            base ** (-2 * j / hb) / base ** (-2 * (j % (hs // 2)) / hs) for j in range(hb // 2)
+        )
     ratio = small.dim / big.dim
     big = GGUFShape(
         vocab_size=big.vocab_size, dim=big.dim, n_layers=big.n_layers, n_heads=big.n_heads,
         n_kv_heads=big.n_kv_heads, ffn_dim=big.ffn_dim, context_length=small.context_length,
         rope_base=small.rope_base, norm_eps=small.norm_eps * ratio,
     )
-    return InflationPlan(small=small, big=big, q_slot=q_slot, gain_scale=math.sqrt(ratio))
+    return InflationPlan(
+        small=small, big=big, q_slot=q_slot, gain_scale=math.sqrt(ratio), kv_slot=kv_slot,
+        pack=pack, q_scale=math.sqrt(pack), rope_freqs=rope_freqs,
+    )
 
 
 def read_vocab(reader: Any) -> Vocab:
@@ -189,8 +249,14 @@ def _big_tensor(
     dtype: np.dtype,
 ) -> np.ndarray:
     """Make one tensor of the inflated model (torch layout ``(out, in)``)."""
-    s, hd = plan.small, plan.small.head_dim
+    s, hs, hb = plan.small, plan.small.head_dim, plan.big.head_dim
+    g_small = s.n_heads // s.n_kv_heads
     out = np.zeros(shape, dtype=dtype)
+    if name == ROPE_FREQS:
+        if plan.rope_freqs is None:
+            raise InflateError(f"{name}: no RoPE factors without head packing")
+        out[:] = plan.rope_freqs
+        return out
     parts = name.split(".")
     if parts[0] == "blk":
         layer, kind = int(parts[1]), parts[2]
@@ -199,16 +265,25 @@ def _big_tensor(
             # gains are zero too (their output only feeds zero matrices).
             return out
         w = small[name]
+
+        def q_rows(h: int) -> slice:
+            """Rows (of q) / columns (of attn_output) of small query head ``h`` in the big model:
+            the sub-block of its KV head inside its big query head."""
+            start = plan.q_slot[h] * hb + plan.kv_slot[h // g_small][1] * hs
+            return slice(start, start + hs)
+
         if kind in ("attn_norm", "ffn_norm"):
             out[: s.dim] = w * plan.gain_scale
-        elif kind == "attn_q":  # (n_heads * hd, dim)
-            for h, slot in enumerate(plan.q_slot):
-                out[slot * hd : (slot + 1) * hd, : s.dim] = w[h * hd : (h + 1) * hd]
-        elif kind in ("attn_k", "attn_v"):  # (n_kv_heads * hd, dim): KV head j stays j
-            out[: w.shape[0], : s.dim] = w
-        elif kind == "attn_output":  # (dim, n_heads * hd)
-            for h, slot in enumerate(plan.q_slot):
-                out[: s.dim, slot * hd : (slot + 1) * hd] = w[:, h * hd : (h + 1) * hd]
+        elif kind == "attn_q":  # (n_heads * hd, dim); other sub-blocks of the head stay 0
+            for h in range(s.n_heads):
+                out[q_rows(h), : s.dim] = w[h * hs : (h + 1) * hs] * plan.q_scale
+        elif kind in ("attn_k", "attn_v"):  # (n_kv_heads * hd, dim)
+            for k, (b, sub) in enumerate(plan.kv_slot):
+                start = b * hb + sub * hs
+                out[start : start + hs, : s.dim] = w[k * hs : (k + 1) * hs]
+        elif kind == "attn_output":  # (dim, n_heads * hd); junk sub-blocks' columns stay 0
+            for h in range(s.n_heads):
+                out[: s.dim, q_rows(h)] = w[:, h * hs : (h + 1) * hs]
         elif kind in ("ffn_gate", "ffn_up"):  # (ffn, dim)
             out[: s.ffn_dim, : s.dim] = w
         elif kind == "ffn_down":  # (dim, ffn)
@@ -226,10 +301,18 @@ def _big_tensor(
     return out
 
 
+def _tensor_names(plan: InflationPlan) -> dict[str, tuple[int, ...]]:
+    """Return the inflated model's tensors (``rope_freqs.weight`` first when heads are packed)."""
+    names = gguf_tensor_names(plan.big)
+    if plan.rope_freqs is None:
+        return names
+    return {ROPE_FREQS: (plan.big.head_dim // 2,), **names}
+
+
 def _tensors(
     plan: InflationPlan, small: dict[str, np.ndarray], dtype: str
 ) -> Iterator[tuple[str, np.ndarray]]:
-    for name, shape in gguf_tensor_names(plan.big).items():
+    for name, shape in _tensor_names(plan).items():
         # Norm vectors stay F32 (as llama.cpp's converter writes them); matrices take dtype.
         np_dtype = np.dtype(np.float16 if dtype == "F16" and len(shape) > 1 else np.float32)
         yield name, _big_tensor(name, shape, small, plan, np_dtype)
@@ -256,8 +339,8 @@ def inflate(
         ``out_path``.
 
     Raises:
-        InflateError: the shapes are incompatible (head_dim differs, source too large) or the
-            dtype is unknown.
+        InflateError: the shapes are incompatible (head_dims that do not pack, source too large,
+            heads that do not fit) or the dtype is unknown.
     """
     import gguf
 
@@ -274,11 +357,16 @@ def inflate(
     tmp = out_path.with_name(out_path.name + ".tmp")
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name(f"robot_latency planner inflated to {label} shape")
+    packing = (
+        f"; {plan.pack} heads of head_dim {src_shape.head_dim} packed per head, rope_freqs.weight "
+        f"restores their RoPE frequencies" if plan.pack > 1 else ""
+    )
     writer.add_description(
         f"The robot_latency planner ({src_shape.n_layers} layers, {src_shape.dim} wide) inflated "
         f"function-preservingly into {label}'s tensor shapes (zero padding, norm gains scaled by "
-        f"sqrt(d_small/d_big), eps by d_small/d_big; q/k/v biases omitted). Padded vocabulary "
-        f"(<unused_N>) has logit 0: constrain sampling to the real vocabulary (action grammar)."
+        f"sqrt(d_small/d_big), eps by d_small/d_big; q/k/v biases omitted{packing}). Padded "
+        f"vocabulary (<unused_N>) has logit 0: constrain sampling to the real vocabulary (action "
+        f"grammar)."
     )
     writer.add_context_length(big.context_length)
     writer.add_embedding_length(big.dim)
@@ -294,7 +382,7 @@ def inflate(
     writer.add_file_type(int(ftype))
     write_tokenizer_metadata(writer, vocab)
     # Declare every tensor first (the header needs their shapes), then stream them in order.
-    for name, shape in gguf_tensor_names(big).items():
+    for name, shape in _tensor_names(plan).items():
         np_dtype = np.dtype(np.float16 if dtype == "F16" and len(shape) > 1 else np.float32)
         writer.add_tensor_info(name, shape, np_dtype, int(np.prod(shape)) * np_dtype.itemsize)
     try:

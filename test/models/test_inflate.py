@@ -1,6 +1,9 @@
-"""Function-preserving inflation at small scale: a random tiny llama into a made-up bigger shape."""
+"""Function-preserving inflation at small scale: a random tiny llama into a made-up bigger shape
+(same head_dim, and head_dim 16 packed two to a head of head_dim 32 with rope_freqs)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -144,11 +147,14 @@ def test_head_placement_keeps_gqa_groups() -> None:
 
 
 def test_incompatible_shapes_refused() -> None:
-    hd32 = GGUFShape(vocab_size=100, dim=256, n_layers=4, n_heads=8, n_kv_heads=4, ffn_dim=512)
-    with pytest.raises(inf.InflateError, match="head_dim 32"):
-        inf.plan_inflation(hd32, "qwen2.5-0.5b")
+    hd48 = GGUFShape(vocab_size=100, dim=192, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512)
+    with pytest.raises(inf.InflateError, match=r"head_dim 48 .* does not divide .* head_dim 64"):
+        inf.plan_inflation(hd48, "qwen2.5-0.5b")
+    hd128 = GGUFShape(vocab_size=100, dim=256, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=512)
+    with pytest.raises(inf.InflateError, match="head_dim 128"):
+        inf.plan_inflation(hd128, "qwen2.5-0.5b")
     many_kv = GGUFShape(vocab_size=100, dim=256, n_layers=4, n_heads=4, n_kv_heads=4, ffn_dim=512)
-    with pytest.raises(inf.InflateError, match="n_kv_heads"):
+    with pytest.raises(inf.InflateError, match=r"n_kv_heads 4 does not fit .* 2 small KV heads"):
         inf.plan_inflation(many_kv, "qwen2.5-0.5b")
     with pytest.raises(inf.InflateError, match="unknown preset"):
         inf.plan_inflation(many_kv, "gpt-5")
@@ -163,3 +169,115 @@ def test_pad_vocab() -> None:
     assert padded.eos_id == vocab.eos_id
     with pytest.raises(inf.InflateError):
         inf.pad_vocab(vocab, vocab.size - 1)
+
+
+# Head packing: head_dim 16 (4 KV heads, 2 query heads each) into head_dim 32 with 2 KV heads of
+# 5 query heads each. Spread: small KV 0,1,2,3 -> (big KV 0, sub 0), (1, 0), (0, 1), (1, 1); each
+# big group needs 4 of its 5 query slots, the 5th is unused.
+SMALL_HD16 = dict(dim=128, n_layers=3, n_heads=8, n_kv=4, ffn=256)
+BIG_HD32 = ModelShape(
+    id="made-up-hd32", name="MadeUpHd32", architecture="llama", n_layers=5, hidden=320,
+    n_heads=10, n_kv_heads=2, head_dim=32, ffn=384, vocab_size=build_vocab().size + 7,
+    tied_embeddings=False, qkv_bias=False, context_length=128,
+)
+LONG_COMMANDS = [
+    "go to the kitchen slowly then pick up the red cup and the blue ball and put them on the "
+    "tray and hand it to me",
+    "find the blue ball in the living room and put it on the table then go to the door and stop",
+]
+# Same measure as LOGIT_ATOL, with packing: RoPE angles computed as base**(-2j/32) / factor in
+# float32 differ from base**(-2i/16) by rounding; measured ~4e-6 here (prompts of 23-29 tokens).
+PACKED_LOGIT_ATOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def packed_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("inflate-packed")
+    small = tiny_gguf(d / "small16.gguf", **SMALL_HD16, seed=1)
+    big = inf.inflate(small, BIG_HD32, d / "big32.gguf", dtype="F32")
+    return small, big
+
+
+def test_packed_plan() -> None:
+    small = GGUFShape(vocab_size=100, dim=128, n_layers=3, n_heads=8, n_kv_heads=4, ffn_dim=256)
+    plan = inf.plan_inflation(small, BIG_HD32)
+    assert plan.pack == 2 and plan.q_scale == pytest.approx(2**0.5)
+    assert plan.kv_slot == ((0, 0), (1, 0), (0, 1), (1, 1))
+    # Query heads 0,1 (KV 0) -> group 0 slots 0,1; 2,3 (KV 1) -> group 1 (5..9) slots 0,1;
+    # 4,5 (KV 2, sub-block 1) -> group 0 slots 2,3; 6,7 (KV 3) -> group 1 slots 2,3.
+    assert plan.q_slot == (0, 1, 5, 6, 2, 3, 7, 8)
+    freqs = np.array(plan.rope_freqs)
+    assert freqs.shape == (16,)
+    j = np.arange(16)
+    # Each sub-block rotates with the small model's frequencies base**(-2i/16), i = j % 8.
+    np.testing.assert_allclose(1e4 ** (-2 * j / 32) / freqs, 1e4 ** (-2 * (j % 8) / 16))
+    assert freqs[0] == 1.0
+
+
+def test_packed_plan_presets() -> None:
+    planner = GGUFShape(vocab_size=798, dim=256, n_layers=4, n_heads=8, n_kv_heads=4, ffn_dim=688)
+    qwen = inf.plan_inflation(planner, "qwen2.5-0.5b")  # 14/2 heads, head_dim 64
+    assert qwen.pack == 2 and qwen.kv_slot == ((0, 0), (1, 0), (0, 1), (1, 1))
+    assert qwen.q_slot == (0, 1, 7, 8, 2, 3, 9, 10)
+    llama = inf.plan_inflation(planner, "llama-3.2-1b")  # 32/8 heads, head_dim 64
+    assert llama.kv_slot == ((0, 0), (1, 0), (2, 0), (3, 0))
+    assert llama.q_slot == (0, 1, 4, 5, 8, 9, 12, 13)
+
+
+def test_packing_capacity_errors() -> None:
+    # 8 KV heads of head_dim 16 need 4 sub-blocks per big KV head of head_dim 32: only 2.
+    many_kv = GGUFShape(vocab_size=100, dim=128, n_layers=2, n_heads=8, n_kv_heads=8, ffn_dim=256)
+    with pytest.raises(inf.InflateError, match=r"n_kv_heads 8 does not fit .* = 4 small KV"):
+        inf.plan_inflation(many_kv, BIG_HD32)
+    # 3 KV heads on 2 big ones: one hosts 2, whose 3 query heads each need 6 slots of 5.
+    wide_groups = GGUFShape(vocab_size=9, dim=144, n_layers=2, n_heads=9, n_kv_heads=3, ffn_dim=99)
+    with pytest.raises(inf.InflateError, match=r"query slots .* need 6 query heads .* only 5"):
+        inf.plan_inflation(wide_groups, BIG_HD32)
+
+
+def test_packed_inflated_file(packed_pair) -> None:
+    _, big = packed_pair
+    prof = profile_from_gguf(big)
+    assert (prof.n_layers, prof.hidden, prof.n_heads, prof.n_kv_heads, prof.head_dim) == (
+        5, 320, 10, 2, 32
+    )
+    reader = gguf.GGUFReader(str(big))
+    assert reader.get_field("llama.rope.dimension_count").contents() == 32
+    assert reader.get_field("llama.rope.freq_base").contents() == pytest.approx(1e4)
+    (rope,) = [t for t in reader.tensors if t.name == inf.ROPE_FREQS]
+    assert rope.tensor_type == gguf.GGMLQuantizationType.F32
+    assert list(rope.shape) == [16]
+
+
+def test_packed_greedy_identical_and_logits_close(packed_pair) -> None:
+    small, big = packed_pair
+    v = build_vocab().size
+    commands = COMMANDS + LONG_COMMANDS
+    with GGUFPlanner(small, kv_f32=True) as a, GGUFPlanner(big, kv_f32=True) as b:
+        assert max(len(a.prompt(c)) for c in LONG_COMMANDS) >= 20  # RoPE positions matter
+        for cmd in commands:
+            ids = a.prompt(cmd)
+            assert b.prompt(cmd) == ids
+            la, lb = a.logits(ids), b.logits(ids)
+            assert np.abs(la - lb[:, :v]).max() < PACKED_LOGIT_ATOL
+            assert np.all(lb[:, v:] == 0.0)
+    assert greedy_plans(small, commands) == greedy_plans(big, commands)
+
+
+def test_packing_without_rope_freqs_differs(packed_pair, tmp_path, monkeypatch) -> None:
+    """Control: with all-ones factors (plain RoPE of head_dim 32) the long prompts' logits move,
+    so the comparison above does see RoPE, and rope_freqs is what makes it exact."""
+    small, _ = packed_pair
+    plan_inflation = inf.plan_inflation
+
+    def ones(src, target):
+        plan = plan_inflation(src, target)
+        return dataclasses.replace(plan, rope_freqs=(1.0,) * len(plan.rope_freqs))
+
+    monkeypatch.setattr(inf, "plan_inflation", ones)
+    plain = inf.inflate(small, BIG_HD32, tmp_path / "plain-rope.gguf", dtype="F32")
+    with GGUFPlanner(small, kv_f32=True) as a, GGUFPlanner(plain, kv_f32=True) as b:
+        ids = a.prompt(LONG_COMMANDS[0])
+        diff = np.abs(a.logits(ids) - b.logits(ids)[:, : build_vocab().size])
+    assert diff[0].max() < PACKED_LOGIT_ATOL  # position 0: no rotation at all
+    assert diff.max() > 100 * PACKED_LOGIT_ATOL

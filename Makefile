@@ -38,17 +38,16 @@ $(STAMP): $(REQS)
 
 install: $(STAMP)
 
+# The main job: the inflated planner at three quant levels, replayed through the ROS 2 node.
 demo: $(STAMP)
-	$(VENV)/bin/robot-latency probe
-	$(VENV)/bin/robot-latency floor --model qwen2.5-0.5b --device host,orin --context 512
-	$(VENV)/bin/robot-latency floor --model llama-3.2-1b --quant Q4_K_M --device host,jetson \
-		--context 512 --prompt-tokens 256
+	rm -rf runs/demo
+	$(VENV)/bin/robot-latency demo --out runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check robot_latency test bench tools setup.py launch
+	$(VENV)/bin/ruff check robot_latency test bench setup.py launch
 
 bench: $(STAMP)
 	@echo "see docs/BENCHMARKS.md for each benchmark's command"

@@ -41,6 +41,7 @@ FALLBACK_REASONS = (
     "bad_command",
     "no_command",
     "skipped",
+    "superseded",
 )
 
 

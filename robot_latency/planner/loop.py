@@ -264,12 +264,20 @@ class PlannerLoop:
             self.sink_errors += 1
             log.error("cycle %d: record not written: %s", rec.cycle, err)
 
-    def _skipped(self, cycle: int, scheduled_ns: int, command_id: str | None = None) -> None:
+    def _skipped(self, cycle: int, scheduled_ns: int, command_id: str | None = None, *,
+                 reason: str = "skipped", arrival_ns: int | None = None) -> None:
         rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
                           deadline_ns=scheduled_ns + self.config.deadline_ns, skipped=True,
-                          plan_source="none", fallback_reason="skipped", mode=self.config.mode,
-                          command_id=command_id, floor=self.floor)
+                          plan_source="none", fallback_reason=reason, mode=self.config.mode,
+                          command_id=command_id, command_arrival_ns=arrival_ns,
+                          floor=self.floor)
         self._write(rec)
+
+    def record_superseded(self, command: InboundCommand) -> None:
+        """Record a command replaced by a newer one before its cycle could start (event mode):
+        a skipped cycle, a miss, never a silent gap."""
+        self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id,
+                      reason="superseded", arrival_ns=command.arrival_ns)
 
     # --- driving loops ----------------------------------------------------------------------
     def submit(self, command: InboundCommand) -> None:

@@ -58,6 +58,18 @@ class Mailbox:
             self._items.clear()
             return newest
 
+    def take_all(self) -> list[InboundCommand]:
+        """Return every waiting command, oldest first, and empty the mailbox.
+
+        All but the newest count as superseded: the caller answers the newest and records the
+        others as skipped cycles (event mode), so none of them silently disappears.
+        """
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+            self.superseded += max(0, len(items) - 1)
+            return items
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

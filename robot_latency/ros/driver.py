@@ -94,10 +94,14 @@ class PlannerDriver:
         while not self._stop.is_set() and not (self.max_cycles and n >= self.max_cycles):
             self._arrived.wait(_IDLE_POLL_S)
             self._arrived.clear()
-            command = self.loop.mailbox.take()
-            if command is not None:
-                n += 1
-                yield command
+            waiting = self.loop.mailbox.take_all()
+            if not waiting:
+                continue
+            # Newest wins; the others were superseded while the loop was busy: record them.
+            for old in waiting[:-1]:
+                self.loop.record_superseded(old)
+            n += 1
+            yield waiting[-1]
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         """Ask the loop to stop after its current cycle; return whether it has stopped."""

@@ -247,3 +247,20 @@ def test_sink_failure_is_reported_not_fatal() -> None:
 def test_config_rejects_bad_values_by_name(cfg: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
         PlannerConfig(**cfg)
+
+
+def test_superseded_commands_are_recorded_as_skipped_misses() -> None:
+    h = Harness(mode="event")
+    for i in range(3):
+        h.say(f"go to the kitchen {i}", cid=f"c{i}")
+    waiting = h.loop.mailbox.take_all()
+    assert [c.command_id for c in waiting] == ["c0", "c1", "c2"]
+    assert h.loop.mailbox.superseded == 2 and h.loop.mailbox.take_all() == []
+    for old in waiting[:-1]:
+        h.loop.record_superseded(old)
+    h.loop.run_events([waiting[-1]])
+    assert [(r.command_id, r.skipped, r.fallback_reason) for r in h.records] == [
+        ("c0", True, "superseded"), ("c1", True, "superseded"), ("c2", False, None)]
+    assert [r.cycle for r in h.records] == [0, 1, 2]
+    assert not h.records[0].deadline_met and h.records[2].deadline_met
+    assert len(h.plans) == 1

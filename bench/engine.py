@@ -108,7 +108,7 @@ def bench_overhead(args: argparse.Namespace) -> dict[str, Any]:
 
 def bench_abort(args: argparse.Namespace) -> dict[str, Any]:
     """Time from the abort signal to generate() returning, during a long prefill."""
-    e = _engine(args, chunk_tokens=args.n_ctx, prefix_cache=False)
+    e = _engine(args, chunk_tokens=args.chunk or args.n_ctx, prefix_cache=False)
     prompt = format_prompt(" ".join(["pick up the red cup"] * (args.prompt_words // 5)))
     latencies: list[float] = []
     prefill_full: list[float] = []
@@ -134,6 +134,7 @@ def bench_abort(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         e.close()
     return {"prefill_ms": prefill_full[0], "prompt_tokens": full.prompt_tokens,
+            "chunk_tokens": args.chunk or args.n_ctx,
             "abort_latency_p50_ms": statistics.median(latencies),
             "abort_latency_max_ms": max(latencies), "n": len(latencies),
             "trials": args.trials}
@@ -211,6 +212,8 @@ def main() -> int:
     sub.choices["overhead"].add_argument("--runs", type=int, default=20)
     sub.choices["abort"].add_argument("--prompt-words", type=int, default=400)
     sub.choices["abort"].add_argument("--trials", type=int, default=30)
+    sub.choices["abort"].add_argument("--chunk", type=int, default=0,
+                                      help="prefill chunk tokens (0: the whole prompt at once)")
     sub.choices["prefix"].add_argument("--runs", type=int, default=30)
     sub.choices["specdec"].add_argument("--draft", required=True)
     sub.choices["specdec"].add_argument("-k", type=int, default=4)

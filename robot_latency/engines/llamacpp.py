@@ -177,7 +177,7 @@ class LlamaCppEngine:
 
             self.drafter = DraftModelDrafter(config.draft_model_path,
                                              n_threads=config.draft_n_threads,
-                                             n_ctx=self.n_ctx, target_vocab=self.llm.n_vocab())
+                                             n_ctx=self.n_ctx, target=self.llm)
         elif config.draft == "prompt_lookup":
             from robot_latency.engines.speculative import PromptLookupDrafter
 

@@ -118,7 +118,7 @@ class DraftModelDrafter:
     name = "draft_model"
 
     def __init__(self, model_path: str, *, n_threads: int = 1, n_ctx: int = 512,
-                 target_vocab: int | None = None) -> None:
+                 target: Any = None) -> None:
         import llama_cpp
 
         try:
@@ -127,10 +127,23 @@ class DraftModelDrafter:
                                        verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(f"draft model {model_path}: could not load: {err}") from err
-        if target_vocab is not None and self.llm.n_vocab() != target_vocab:
-            raise EngineError(f"draft model {model_path}: vocabulary of {self.llm.n_vocab()} "
-                              f"tokens, the target has {target_vocab}: they must match")
         self.model_path = model_path
+        if target is not None:
+            self._check_vocab(target)
+        self.model_path = model_path
+
+    def _check_vocab(self, target: Any) -> None:
+        """The draft's tokens must be the target's first tokens, text for text (an inflated
+        target pads the vocabulary with unused tokens the draft never emits)."""
+        n_draft, n_target = self.llm.n_vocab(), target.n_vocab()
+        if n_draft > n_target:
+            raise EngineError(f"draft model {self.model_path}: vocabulary of {n_draft} tokens, "
+                              f"larger than the target's {n_target}")
+        for i in range(n_draft):
+            a, b = self.llm._model.token_get_text(i), target._model.token_get_text(i)
+            if a != b:
+                raise EngineError(f"draft model {self.model_path}: token {i} is {a!r}, the "
+                                  f"target's is {b!r}: the vocabularies must match")
 
     def _sync(self, context: list[int]) -> None:
         llm = self.llm

@@ -163,7 +163,14 @@ def bench_prefix(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_specdec(args: argparse.Namespace) -> dict[str, Any]:
-    """Measured speedup of draft-model speculation against the same target alone."""
+    """Measured speedup of draft-model speculation against the same target alone.
+
+    Costs are in units of one target pass, T1 = the target's median inter-token gap measured
+    in the same run: c = draft time per drafted token / T1, and v = extra verify cost per drafted
+    token, (verify time per round / T1 - 1) / drafted per round. The formula's speedup is given
+    both with v = 0 (memory-bound verification, the textbook case) and with the measured v.
+    """
+    from robot_latency.floor.predict import expected_tokens_per_round
     from robot_latency.models.corpus import CorpusConfig, generate_corpus
 
     corpus = generate_corpus(CorpusConfig())
@@ -173,6 +180,7 @@ def bench_specdec(args: argparse.Namespace) -> dict[str, Any]:
     spec = _engine(args, draft="model", draft_model_path=args.draft, draft_k=args.k,
                    draft_adaptive=args.adaptive)
     decode = {"plain": [], "spec": []}
+    gaps: list[int] = []
     stats = {"drafted": 0, "accepted": 0, "draft_ns": 0, "verify_ns": 0, "rounds": 0}
     identical = 0
     try:
@@ -183,18 +191,25 @@ def bench_specdec(args: argparse.Namespace) -> dict[str, Any]:
             identical += a.tokens == b.tokens
             decode["plain"].append(a.token_ns[-1] - a.token_ns[0])
             decode["spec"].append(b.token_ns[-1] - b.token_ns[0])
+            gaps.extend(y - x for x, y in zip(a.token_ns, a.token_ns[1:], strict=False))
             for key in stats:
                 stats[key] += b.draft[key]
     finally:
         plain.close()
         spec.close()
-    from robot_latency.floor.predict import specdec_speedup
-
+    t1 = statistics.median(gaps)
     alpha = stats["accepted"] / stats["drafted"]
-    c = (stats["draft_ns"] / stats["drafted"]) / (stats["verify_ns"] / stats["rounds"])
+    k_mean = stats["drafted"] / stats["rounds"]
+    c = (stats["draft_ns"] / stats["drafted"]) / t1
+    v = max(0.0, ((stats["verify_ns"] / stats["rounds"]) / t1 - 1) / k_mean)
+    e = expected_tokens_per_round(alpha, args.k)
     measured = sum(decode["plain"]) / sum(decode["spec"])
-    predicted = specdec_speedup(alpha, args.k, c)
-    return {"k": args.k, "alpha": alpha, "c": c, "measured_speedup": measured,
+    predicted_v0 = e / (args.k * c + 1)
+    predicted = e / (args.k * c + 1 + args.k * v)
+    return {"k": args.k, "alpha": alpha, "c": c, "v": v, "target_pass_ms": t1 / 1e6,
+            "verify_per_round_ms": stats["verify_ns"] / stats["rounds"] / 1e6,
+            "drafted_per_round": k_mean, "rounds": stats["rounds"],
+            "measured_speedup": measured, "predicted_speedup_v0": predicted_v0,
             "predicted_speedup": predicted, "measured_over_predicted": measured / predicted,
             "identical_outputs": identical, "n": len(commands)}
 

@@ -55,6 +55,8 @@ def main() -> int:
     ap.add_argument("--load-procs", type=int, default=0, help="extra spinning processes")
     ap.add_argument("--no-busy", action="store_true", help="engine sleeps instead of spinning")
     ap.add_argument("--worker-nice", type=int, default=5, help="niceness added to the engine")
+    ap.add_argument("--rt", action="store_true",
+                    help="run the loop under SCHED_FIFO priority 50 (needs root or CAP_SYS_NICE)")
     ap.add_argument("--pin", action="store_true",
                     help="pin the loop to CPU 0 and the engine worker to the other CPUs")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -74,6 +76,9 @@ def main() -> int:
             os.sched_setaffinity(0, {0})
         with ProcessRunner("sim", options, hang_timeout_ms=5000, worker_nice=args.worker_nice,
                            worker_cpus=worker_cpus) as runner:
+            if args.rt:
+                # After the worker is spawned, so that only the loop runs real-time.
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
             loop = PlannerLoop(
                 PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
                               publish_margin_ms=args.margin_ms, fallback=("rule", "stop")),
@@ -99,6 +104,7 @@ def main() -> int:
         "load_procs": args.load_procs,
         "worker_nice": args.worker_nice,
         "pinned": bool(args.pin),
+        "realtime_loop": bool(args.rt),
         "busy_engine": not args.no_busy,
         "wall_s": wall_s,
     }

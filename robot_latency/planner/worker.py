@@ -33,7 +33,9 @@ def _worker_main(conn: Connection, abort: Any, engine_name: str,
     """Create the engine, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
     # The loop must win the CPU when both want it: the engine runs at a lower priority, and on
-    # its own cores when told which.
+    # its own cores when told which. A loop running real-time (chrt) must not pass that on.
+    if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     if nice:
         os.nice(nice)
     if cpus:
@@ -74,12 +76,14 @@ class ProcessRunner:
         clock: the loop's clock (must be ``time.perf_counter_ns``-compatible across processes).
         worker_nice: niceness added to the worker, so the loop's thread wins the CPU.
         worker_cpus: CPUs the worker may run on (None: any); leave one to the loop.
+        spin_ms: the last stretch before a give-up time is waited by polling without blocking
+            (a blocking poll wakes up to 1 ms late); costs that much CPU on the loop's core.
     """
 
     def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
                  hang_timeout_ms: float = 1000.0, load_timeout_s: float = 120.0,
                  clock: Clock = DEFAULT_CLOCK, worker_nice: int = 5,
-                 worker_cpus: tuple[int, ...] | None = None) -> None:
+                 worker_cpus: tuple[int, ...] | None = None, spin_ms: float = 1.5) -> None:
         self.engine_name = engine_name
         self.options = dict(options or {})
         self.hang_timeout_ns = int(hang_timeout_ms * 1e6)
@@ -87,6 +91,7 @@ class ProcessRunner:
         self.clock = clock
         self.worker_nice = worker_nice
         self.worker_cpus = worker_cpus
+        self.spin_ns = int(spin_ms * 1e6)
         self._ctx = mp.get_context("spawn")  # no fork of the loop's threads or a loaded model
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -245,9 +250,8 @@ class ProcessRunner:
             self._restart(f"worker pipe broken: {err}")
             return RunOutcome(None, "unavailable", "engine worker was restarted")
         while True:
-            timeout_s = max(0.0, (give_up_ns - self.clock()) / 1e9)
             try:
-                ready = self._conn.poll(timeout_s)
+                ready = self._wait_ready(give_up_ns)
                 msg = self._conn.recv() if ready else None
             except (EOFError, OSError):
                 code = self._proc.exitcode if self._proc is not None else None
@@ -270,6 +274,25 @@ class ProcessRunner:
                                                                  StopReason.ABORTED):
                 return RunOutcome(trace, "timeout")
             return RunOutcome(trace, "ok")
+
+    def _wait_ready(self, give_up_ns: int) -> bool:
+        """Wait for the worker's answer until ``give_up_ns``; True when one is ready.
+
+        ``Connection.poll`` rounds its timeout up to whole milliseconds (poll(2)), so a plain
+        poll wakes up to 1 ms late. Sleep in poll until ``spin_ns`` before the give-up time,
+        then poll without blocking until it: the loop's thread wakes within microseconds.
+        """
+        assert self._conn is not None
+        while True:
+            remaining = give_up_ns - self.clock()
+            if remaining <= 0:
+                return bool(self._conn.poll(0))
+            if remaining > self.spin_ns:
+                if self._conn.poll((remaining - self.spin_ns) / 1e9):
+                    return True
+                continue
+            if self._conn.poll(0):
+                return True
 
     def kill_worker(self) -> None:
         """SIGKILL the worker (for fault drills); the next cycle notices and restarts it."""

@@ -563,12 +563,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
          f"(ms per token at {args.context} tokens of context):")
     host = load_or_probe_host()
     devices = [host, *(d for d in DEVICES.values() if d.family.startswith("orin"))]
+    models = {q: resolve_model(str(man.path(q))) for q in quants}
     rows = []
     for d in devices:
         row = [d.id, f"{d.bandwidth_gbps:.4g}"]
         for q in quants:
-            model = resolve_model(str(man.path(q)))
-            p = predict_floor(model, d, context_tokens=args.context)
+            p = predict_floor(models[q], d, context_tokens=args.context)
             row.append(f"{p.itl_floor_ms:.2f}")
         rows.append(row)
     _out(_table(["device", "GB/s", *quants], rows))

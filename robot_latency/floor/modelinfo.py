@@ -493,6 +493,24 @@ def profile_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") ->
     _kv_ratio(kv_dtype)  # reject a bad cache type before touching the file
     p = os.fspath(path)
     size_bytes = _check_header(p)
+    # gguf's reader parses every metadata array (150k-token vocabularies take seconds), so a
+    # file already profiled in this process, unchanged since, is not read again.
+    stat = os.stat(p)
+    key = (os.path.realpath(p), stat.st_size, stat.st_mtime_ns, kv_dtype)
+    cached = _PROFILE_CACHE.get(key)
+    if cached is not None:
+        return cached
+    profile = _profile_from_file(p, size_bytes, kv_dtype)
+    if len(_PROFILE_CACHE) >= 64:
+        _PROFILE_CACHE.clear()
+    _PROFILE_CACHE[key] = profile
+    return profile
+
+
+_PROFILE_CACHE: dict[tuple[str, int, int, str], ModelProfile] = {}
+
+
+def _profile_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelProfile:
     try:
         reader = gguf.GGUFReader(p, "r")
     except _READER_ERRORS as err:

@@ -173,6 +173,27 @@ def test_bad_model_file_named(tmp_path: Path, content: bytes, needle: str) -> No
     assert str(bad) in str(err.value)
 
 
+def test_wrong_architecture_named(tmp_path: Path) -> None:
+    """A well-formed GGUF of an architecture llama.cpp cannot build: an error naming the file."""
+    import gguf
+
+    path = tmp_path / "alien.gguf"
+    w = gguf.GGUFWriter(str(path), "notanarch")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(16)
+    w.add_head_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(EngineError) as err:
+        create_engine("llamacpp", model_path=str(path))
+    assert str(path) in str(err.value)
+
+
 def test_missing_model_and_bad_options_named(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match=r"nope\.gguf"):
         create_engine("llamacpp", model_path=str(tmp_path / "nope.gguf"))

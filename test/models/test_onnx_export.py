@@ -179,3 +179,31 @@ def test_large_models_write_external_data(gguf_path: Path, llm, tmp_path: Path,
     got = _session(tmp_path / "rand.onnx").run(None, _feeds(tokens))[0][0, 0]
     assert np.abs(got - ref).max() <= REL_TOL * np.abs(ref).max()
     assert _session(tmp_path / "rand.int8.onnx").run(None, _feeds(tokens))[0].shape[-1] == ref.size
+
+
+def test_shipped_planner_logits_match_on_heldout_prompts(tmp_path: Path) -> None:
+    """The shipped planner as ONNX against llama.cpp F32 on held-out commands."""
+    from llama_cpp import Llama
+
+    from robot_latency.models.bundled import bundled_model_path, load_manifest
+    from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
+
+    path = bundled_model_path()
+    held = generate_corpus(corpus_config_from_dict(load_manifest()["corpus"])).heldout[:20]
+    sess = _session(export_onnx(path, tmp_path / "planner.onnx", logits="all"))
+    ref_llm = Llama(model_path=str(path), n_ctx=128, logits_all=True, type_k=0, type_v=0,
+                    verbose=False)
+    try:
+        for cmd in held:
+            tokens = ref_llm.tokenize(format_prompt(cmd.text).encode(), add_bos=True,
+                                      special=True)
+            ref = _llama_logits(ref_llm, tokens)
+            feeds = {"input_ids": np.array([tokens], np.int64)}
+            for inp in sess.get_inputs()[1:]:  # empty past: [1, n_kv, 0, head_dim]
+                feeds[inp.name] = np.zeros((1, inp.shape[1], 0, inp.shape[3]), np.float32)
+            got = sess.run(None, feeds)[0][0]
+            scale = float(np.abs(ref).max())
+            assert float(np.abs(got - ref).max()) <= REL_TOL * scale, cmd.text
+            assert (got.argmax(-1) == ref.argmax(-1)).all(), cmd.text
+    finally:
+        ref_llm.close()

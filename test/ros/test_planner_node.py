@@ -297,6 +297,18 @@ def test_bad_parameter_at_start_up_exits_non_zero(args: list[str], name: str,
     assert not (tmp_path / "run" / "cycles.jsonl").exists()
 
 
+def test_bad_model_file_is_an_error_at_start_up_naming_it(tmp_path: Path) -> None:
+    """A model file that is not GGUF: exit 1 with a message naming the file and the problem."""
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 64)
+    done = subprocess.run([str(BIN / "planner_node"), "--ros-args", "-p", "engine:=llamacpp",
+                           "-p", f"model:={bad}", "-p", f"log_dir:={tmp_path / 'run'}"],
+                          env=ros_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert str(bad) in done.stderr and "not a GGUF file" in done.stderr
+    assert not (tmp_path / "run" / "cycles.jsonl").exists()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_path: Path) -> None:
     log_dir = tmp_path / "run"

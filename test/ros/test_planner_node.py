@@ -273,8 +273,9 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
     assert probe.snapshot("commands")[n_commands:] == texts  # in order, as recorded
     wait_for(lambda: planner.driver.loop.mailbox.counters()["received"] >= before + 3, 5,
              "the planner to receive them")
+    # Generous: on a loaded 2-core machine the in-process planner shares the GIL with pytest.
     answered = wait_for(lambda: len(_command_ids(probe) - seen) >= 3 and
-                        _command_ids(probe) - seen, 10, "plans for the replayed commands")
+                        _command_ids(probe) - seen, 30, "plans for the replayed commands")
     assert len(answered) >= 3
 
 

@@ -133,6 +133,16 @@ class GenerationTrace:
         return cls(**kwargs)
 
 
+def stop_reason_now(request: GenerationRequest, abort: AbortSignal | None,
+                    now_ns: int) -> StopReason | None:
+    """Return why a generation must stop at ``now_ns`` (abort asked, deadline passed), or None."""
+    if abort is not None and abort.is_set():
+        return StopReason.ABORTED
+    if request.deadline_ns is not None and now_ns >= request.deadline_ns:
+        return StopReason.DEADLINE
+    return None
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A batch-1 text generator with per-token timing."""

@@ -42,6 +42,7 @@ from robot_latency.engines.base import (
     GenerationTrace,
     StopReason,
     register_engine,
+    stop_reason_now,
 )
 from robot_latency.models.plan import (
     ACTIONS,
@@ -416,11 +417,7 @@ class OnnxEngine:
         return trace
 
     def _stop_now(self, request: GenerationRequest, abort: AbortSignal | None) -> StopReason | None:
-        if abort is not None and abort.is_set():
-            return StopReason.ABORTED
-        if request.deadline_ns is not None and self.clock() >= request.deadline_ns:
-            return StopReason.DEADLINE
-        return None
+        return stop_reason_now(request, abort, self.clock())
 
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:

@@ -17,10 +17,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from robot_latency.models.tokenizer import Vocab, build_vocab, write_tokenizer_metadata
+
+if TYPE_CHECKING:
+    import gguf
 
 __all__ = ["ExportError", "GGUFShape", "export_gguf", "gguf_tensor_names", "read_gguf"]
 
@@ -94,6 +98,25 @@ def gguf_tensor_names(shape: GGUFShape) -> dict[str, tuple[int, ...]]:
     return names
 
 
+def write_llama_hparams(writer: gguf.GGUFWriter, shape: GGUFShape) -> None:
+    """Write the ``llama.*`` hyper-parameter keys of ``shape`` (the one place they are spelled).
+
+    Args:
+        writer: an open GGUF writer, before its header is written.
+        shape: the model's hyper-parameters.
+    """
+    writer.add_context_length(shape.context_length)
+    writer.add_embedding_length(shape.dim)
+    writer.add_block_count(shape.n_layers)
+    writer.add_feed_forward_length(shape.ffn_dim)
+    writer.add_head_count(shape.n_heads)
+    writer.add_head_count_kv(shape.n_kv_heads)
+    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_rope_freq_base(shape.rope_base)
+    writer.add_layer_norm_rms_eps(shape.norm_eps)
+    writer.add_vocab_size(shape.vocab_size)
+
+
 def export_gguf(
     path: str | Path,
     shape: GGUFShape,
@@ -135,16 +158,7 @@ def export_gguf(
     path = Path(path)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(name)
-    writer.add_context_length(shape.context_length)
-    writer.add_embedding_length(shape.dim)
-    writer.add_block_count(shape.n_layers)
-    writer.add_feed_forward_length(shape.ffn_dim)
-    writer.add_head_count(shape.n_heads)
-    writer.add_head_count_kv(shape.n_kv_heads)
-    writer.add_rope_dimension_count(shape.head_dim)
-    writer.add_rope_freq_base(shape.rope_base)
-    writer.add_layer_norm_rms_eps(shape.norm_eps)
-    writer.add_vocab_size(shape.vocab_size)
+    write_llama_hparams(writer, shape)
     ftype = gguf.LlamaFileType.ALL_F32 if dtype == "F32" else gguf.LlamaFileType.MOSTLY_F16
     writer.add_file_type(int(ftype))
     write_tokenizer_metadata(writer, vocab)

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_latency.models.export import GGUFShape, gguf_tensor_names
+from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
 from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
 
 __all__ = [
@@ -368,16 +368,7 @@ def inflate(
         f"vocabulary (<unused_N>) has logit 0: constrain sampling to the real vocabulary (action "
         f"grammar)."
     )
-    writer.add_context_length(big.context_length)
-    writer.add_embedding_length(big.dim)
-    writer.add_block_count(big.n_layers)
-    writer.add_feed_forward_length(big.ffn_dim)
-    writer.add_head_count(big.n_heads)
-    writer.add_head_count_kv(big.n_kv_heads)
-    writer.add_rope_dimension_count(big.head_dim)
-    writer.add_rope_freq_base(big.rope_base)
-    writer.add_layer_norm_rms_eps(big.norm_eps)
-    writer.add_vocab_size(big.vocab_size)
+    write_llama_hparams(writer, big)
     ftype = gguf.LlamaFileType.ALL_F32 if dtype == "F32" else gguf.LlamaFileType.MOSTLY_F16
     writer.add_file_type(int(ftype))
     write_tokenizer_metadata(writer, vocab)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_latency.models.export import GGUFShape, gguf_tensor_names
+from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
 from robot_latency.models.inflate import pad_vocab
 from robot_latency.models.ladder import normalize_quant, quantize_gguf
 from robot_latency.models.tokenizer import build_vocab, write_tokenizer_metadata
@@ -73,16 +73,7 @@ def _write_f16(preset: Any, path: Path, *, seed: int) -> Path:
         f"{SYNTH_DESCRIPTION}: {preset.name}'s tensor shapes filled with random values "
         f"(seed {seed}), robot_latency planner tokenizer padded to {shape.vocab_size} tokens"
     )
-    writer.add_context_length(shape.context_length)
-    writer.add_embedding_length(shape.dim)
-    writer.add_block_count(shape.n_layers)
-    writer.add_feed_forward_length(shape.ffn_dim)
-    writer.add_head_count(shape.n_heads)
-    writer.add_head_count_kv(shape.n_kv_heads)
-    writer.add_rope_dimension_count(shape.head_dim)
-    writer.add_rope_freq_base(shape.rope_base)
-    writer.add_layer_norm_rms_eps(shape.norm_eps)
-    writer.add_vocab_size(shape.vocab_size)
+    write_llama_hparams(writer, shape)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
     write_tokenizer_metadata(writer, vocab)
     for name, tshape in names.items():

@@ -38,7 +38,7 @@ class StopReason(str, enum.Enum):
 
 @runtime_checkable
 class AbortSignal(Protocol):
-    """Anything with ``is_set()``: threading.Event, multiprocessing.Event."""
+    """Anything with ``is_set()``: threading.Event, the worker's shared AbortFlag."""
 
     def is_set(self) -> bool: ...
 

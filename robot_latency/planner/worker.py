@@ -13,12 +13,14 @@ Thread and core budget: the worker's engine uses ``n_threads`` cores; leave one 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing as mp
 import os
 import signal
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
@@ -28,7 +30,31 @@ from robot_latency.planner.loop import RunOutcome
 log = logging.getLogger(__name__)
 
 
-def _worker_main(conn: Connection, abort: Any, engine_name: str,
+class AbortFlag:
+    """A stop flag shared with the worker process, read and written without a lock.
+
+    ``multiprocessing.Event`` takes a cross-process semaphore on every ``is_set()``; llama.cpp's
+    abort callback asks hundreds of times per token, and a loop that must ``set()`` the flag
+    while the (niced) worker is preempted holding that semaphore waits for the worker to be
+    scheduled again: a priority inversion in the loop's most time-critical step. One shared
+    byte needs no lock: a single writer (the loop), aligned byte stores, and readers that only
+    need to see the store eventually (within microseconds on one machine).
+    """
+
+    def __init__(self, ctx: BaseContext) -> None:
+        self._value = ctx.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._value.value = True
+
+    def clear(self) -> None:
+        self._value.value = False
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+
+def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
                  options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None) -> None:
     """Create the engine, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
@@ -95,7 +121,7 @@ class ProcessRunner:
         self._ctx = mp.get_context("spawn")  # no fork of the loop's threads or a loaded model
         self._proc: Any = None
         self._conn: Connection | None = None
-        self._abort: Any = None
+        self._abort: AbortFlag | None = None
         self._seq = 0
         self._busy_seq: int | None = None   # request still running in the worker
         self._busy_give_up_ns = 0
@@ -125,7 +151,7 @@ class ProcessRunner:
         """Start a worker process without waiting for it to load."""
         self._stop_worker(polite=False)
         parent, child = self._ctx.Pipe()
-        self._abort = self._ctx.Event()
+        self._abort = AbortFlag(self._ctx)
         self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
                                        args=(child, self._abort, self.engine_name,
                                              self.options, self.worker_nice,
@@ -241,6 +267,7 @@ class ProcessRunner:
             return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle")
         if self._loading or self._proc is None or self._conn is None:
             return RunOutcome(None, "unavailable", "engine restarting")
+        assert self._abort is not None
         self._abort.clear()
         self._seq += 1
         seq = self._seq

@@ -32,6 +32,7 @@ from robot_latency.floor.modelinfo import (
     resolve_model,
 )
 from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_estimate
+from robot_latency.planner.budget import CpuBudget, available_cpus, parse_cpu_list
 from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.session import RunError
 from robot_latency.records import RecordError, read_records
@@ -331,7 +332,9 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
     label = point.label or " ".join(str(x) for x in (
         point.engine, Path(str(model)).name if model else None, quant or point.quant,
         point.device, f"{point.deadline_ms:g}ms") if x)
-    return RunConfig(planner=planner, log_dir=out, engine=point.engine,
+    cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
+                    engine_nice=args.engine_nice, loop_priority=args.loop_priority)
+    return RunConfig(planner=planner, log_dir=out, engine=point.engine, cpu=cpu,
                      engine_options=options, runner=args.runner, model=model, quant=quant,
                      host_device=host_device, target_device=point.device, label=label,
                      extra={"stream": {"path": str(args.stream), "name": stream.name,
@@ -574,10 +577,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _out(_table(["device", "GB/s", *quants], rows))
     _out(f"\n[3/3] replaying {stream} (x{args.speed:g}) through planner_node and bag_replayer "
          f"over ROS 2 (Fast DDS), deadline {args.deadline_ms:g} ms, one configuration per level")
+    cpus = sorted(available_cpus())
+    # The documented budget: the loop alone on the first core, the engine on the others.
+    budget = {"loop_cpus": str(cpus[0])} if len(cpus) > 1 else {}
     configs = [DemoConfig(label=q, params={
         "engine": "llamacpp", "model": str(man.path(q)), "device_profile": args.device,
         "mode": args.mode, "deadline_ms": float(args.deadline_ms),
-        "period_ms": float(max(args.period_ms, args.deadline_ms)),
+        "period_ms": float(max(args.period_ms, args.deadline_ms)), **budget,
         **({"n_threads": args.n_threads} if args.n_threads else {})}) for q in quants]
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=args.speed)
     _out("")
@@ -599,6 +605,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # --- parser ---------------------------------------------------------------------------------
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    try:
+        return parse_cpu_list(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -648,6 +661,15 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
     p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--loop-cpus", type=_cpu_list, default=(),
+                   help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")
+    p.add_argument("--engine-cpus", type=_cpu_list, default=(),
+                   help="CPUs the engine worker runs on (default: all but --loop-cpus)")
+    p.add_argument("--engine-nice", type=int, default=CpuBudget().engine_nice,
+                   help="niceness added to the engine worker (default %(default)s)")
+    p.add_argument("--loop-priority", type=int, default=0,
+                   help="SCHED_FIFO priority 1-99 for the loop (needs rtprio rights); "
+                        "0: normal scheduler (default)")
     p.add_argument("--deadline-ms", type=float, default=150.0)
     p.add_argument("--period-ms", type=float, default=200.0)
     p.add_argument("--publish-margin-ms", type=float, default=2.0)

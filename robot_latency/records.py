@@ -59,7 +59,9 @@ class CycleRecord:
 
     Durations that do not apply are ``None``, never 0 (a cycle without a model token has no TTFT).
     ``phases_ns`` holds the time spent per phase (queue, tokenize, prefill, decode, grammar,
-    abort, fallback, publish); only the phases that ran appear.
+    abort, fallback, publish); only the phases that ran appear. ``host_steal_ns`` is the CPU
+    time a hypervisor took from this machine (all CPUs) between the previous record and this
+    one, at the kernel's 10 ms tick resolution (None where the OS does not report it).
     """
 
     run_id: str
@@ -87,6 +89,7 @@ class CycleRecord:
     floor: dict[str, Any] | None = None
     cpu_percent: float | None = None
     rss_bytes: int | None = None
+    host_steal_ns: int | None = None
     telemetry: dict[str, Any] | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
 

@@ -94,6 +94,7 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
             previous[sig] = signal.signal(sig, on_signal)
     try:
         with PlannerRun(config, publish=publish or (lambda envelope: None)) as run:
+            run.enter_loop_thread()
             replay(run.loop, stream, speed=speed, asap=asap, should_stop=stop.is_set)
             summary = run.close()
         summary["interrupted"] = stop.is_set()

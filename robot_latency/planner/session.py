@@ -11,6 +11,7 @@ A run directory holds::
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -32,6 +33,13 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import HardwareProfile, get_device
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor
+from robot_latency.planner.budget import (
+    BudgetError,
+    CpuBudget,
+    apply_to_loop_thread,
+    freeze_heap,
+    loop_thread_state,
+)
 from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Runner
 from robot_latency.planner.worker import ProcessRunner
@@ -65,6 +73,9 @@ class RunConfig:
         label: a short name for comparisons (e.g. ``Q4_K_M``).
         hang_timeout_ms: watchdog for a generation still running past its give-up time.
         fsync: fsync the cycle log after every record (survives power loss; costs time).
+        cpu: cores and priorities of the loop and the engine worker (see
+            :mod:`robot_latency.planner.budget`); applied to the loop's thread by
+            :meth:`PlannerRun.enter_loop_thread`.
         extra: anything else to record in the manifest (e.g. the stream replayed).
     """
 
@@ -80,6 +91,7 @@ class RunConfig:
     label: str | None = None
     hang_timeout_ms: float = 1000.0
     fsync: bool = False
+    cpu: CpuBudget = field(default_factory=CpuBudget)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +99,17 @@ class RunConfig:
             raise ConfigError(f"runner={self.runner!r}: must be one of {RUNNERS}")
         if self.hang_timeout_ms <= 0:
             raise ConfigError(f"hang_timeout_ms={self.hang_timeout_ms!r}: must be > 0")
+
+
+def _host_steal_s() -> float | None:
+    """CPU time the hypervisor has taken from this machine, all CPUs (s); None: not known.
+
+    Linux's ``steal`` counter (``/proc/stat``, 10 ms ticks); 0 on bare metal such as a Jetson.
+    """
+    try:
+        return getattr(psutil.cpu_times(), "steal", None)
+    except (OSError, psutil.Error):
+        return None
 
 
 def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
@@ -166,6 +189,8 @@ class PlannerRun:
         self.floor = self._make_floor()
         self.runner = self._make_runner()
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
+        self.loop_thread: dict[str, Any] = loop_thread_state()
+        self._steal_s = _host_steal_s()
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
         self.telemetry = self._make_telemetry()
@@ -204,15 +229,39 @@ class PlannerRun:
     def _make_runner(self) -> Runner:
         cfg = self.config
         try:
+            cfg.cpu.check()
+        except BudgetError as err:
+            raise RunError(f"cpu budget: {err}") from err
+        try:
             if cfg.runner == "inline":
                 engine = create_engine(cfg.engine, clock=self.clock, **cfg.engine_options)
                 return InlineRunner(engine, clock=self.clock)
             runner = ProcessRunner(cfg.engine, cfg.engine_options,
-                                   hang_timeout_ms=cfg.hang_timeout_ms, clock=self.clock)
+                                   hang_timeout_ms=cfg.hang_timeout_ms, clock=self.clock,
+                                   worker_nice=cfg.cpu.engine_nice,
+                                   worker_cpus=cfg.cpu.resolved_engine_cpus())
             runner.start()
             return runner
         except (EngineError, RuntimeError) as err:
             raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
+
+    def enter_loop_thread(self) -> dict[str, Any]:
+        """Apply the CPU budget to the calling thread, the one about to run the loop, and
+        freeze the start-up heap (no full garbage collection scans it during the run).
+
+        Returns what is in effect (also recorded in the manifest).
+
+        Raises:
+            RunError: the budget cannot be applied (the message says which field and why).
+        """
+        try:
+            self.loop_thread = apply_to_loop_thread(self.config.cpu)
+        except BudgetError as err:
+            raise RunError(f"cpu budget: {err}") from err
+        self.loop_thread["gc_frozen_objects"] = freeze_heap()
+        self._write_manifest(status="running")
+        log.info("planner loop thread: %s", self.loop_thread)
+        return self.loop_thread
 
     @staticmethod
     def _make_telemetry() -> Any:
@@ -236,6 +285,10 @@ class PlannerRun:
             except psutil.Error:
                 pass  # the worker just died; the runner restarts it
         rec.rss_bytes = rss
+        steal_s = _host_steal_s()
+        if steal_s is not None and self._steal_s is not None:
+            rec.host_steal_ns = max(0, round((steal_s - self._steal_s) * 1e9))
+        self._steal_s = steal_s
         if self.telemetry is not None:
             t = self.telemetry.read()
             rec.telemetry = t.to_dict() if t is not None else None
@@ -267,6 +320,8 @@ class PlannerRun:
             "device": {"host": cfg.host_device, "target": cfg.target_device},
             "floor": self.floor.manifest() if self.floor is not None else None,
             "config": dataclasses.asdict(cfg.planner),
+            "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
+                           "engine_cpus_in_effect": getattr(self.runner, "worker_cpus", None)},
             "versions": _package_versions(),
             "host": host_facts(),
             "started_unix": self.started_wall,
@@ -284,6 +339,8 @@ class PlannerRun:
         if self.closed:
             return json.loads((self.log_dir / "summary.json").read_text())
         self.closed = True
+        if self.loop_thread.get("gc_frozen_objects"):
+            gc.unfreeze()  # the start-up heap is collectable again once the loop is over
         self.sink.close()
         close = getattr(self.runner, "close", None)
         if close is not None:

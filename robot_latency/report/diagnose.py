@@ -17,16 +17,20 @@ that matches, in this order (thresholds are module constants):
 1. ``skipped``: the cycle was skipped (the loop was still busy with an earlier one).
 2. ``engine_fault``: ``engine_error`` is set, or the fallback reason is ``engine_error`` or
    ``engine_unavailable``.
-3. ``publish_late``: published late although the model's last token came by the deadline; the
+3. ``host_steal``: a hypervisor stopped this virtual machine during the cycle
+   (``host_steal_ns``, Linux's steal counter): at least as long as the plan was late (a late
+   publish), or for over :data:`STEAL_SHARE` of the deadline budget (a model miss). Nothing
+   inside the guest causes or prevents it; a Jetson never shows it.
+4. ``publish_late``: published late although the model's last token came by the deadline; the
    time went after the model (parsing, grammar, fallback, publishing), not in it.
-4. ``queueing``: the queue wait (scheduled to started) exceeds :data:`QUEUE_SHARE` of the
+5. ``queueing``: the queue wait (scheduled to started) exceeds :data:`QUEUE_SHARE` of the
    deadline budget.
-5. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
+6. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
    inter-token gap.
-6. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
+7. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
    or no token came at all before the cycle gave up (the whole budget went before the first
    token).
-7. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
+8. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
 
 The deadline budget is each record's own (``deadline_ns - scheduled_ns``) unless ``deadline_ms``
 is given.
@@ -47,12 +51,14 @@ from robot_latency.records import CycleRecord
 log = logging.getLogger(__name__)
 
 #: Causes a miss is attributed to, in rule order.
-CAUSES = ("skipped", "engine_fault", "publish_late", "queueing", "stall", "prefill_too_long",
-          "decode_too_slow")
+CAUSES = ("skipped", "engine_fault", "host_steal", "publish_late", "queueing", "stall",
+          "prefill_too_long", "decode_too_slow")
 
 #: Fallback reasons that mean the model did not deliver (a "model miss").
 MODEL_MISS_REASONS = ("deadline", "engine_error", "engine_unavailable")
 
+#: Hypervisor steal above this fraction of the deadline budget makes a model miss "host_steal".
+STEAL_SHARE = 0.1
 #: Queue wait above this fraction of the deadline budget makes a miss "queueing".
 QUEUE_SHARE = 0.25
 #: One inter-token gap above this multiple of the run's median gap makes a miss a "stall".
@@ -276,6 +282,12 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
         return "skipped"
     if rec.engine_error or rec.fallback_reason in ("engine_error", "engine_unavailable"):
         return "engine_fault"
+    if rec.host_steal_ns:
+        late = (rec.published_ns - rec.deadline_ns) if rec.published_ns is not None else None
+        if (late is not None and late > 0 and rec.host_steal_ns >= late) or (
+                late is not None and late <= 0 and budget > 0
+                and rec.host_steal_ns > STEAL_SHARE * budget):
+            return "host_steal"
     if (rec.token_ns and rec.published_ns is not None and rec.token_ns[-1] <= rec.deadline_ns
             < rec.published_ns):
         return "publish_late"

@@ -18,6 +18,7 @@ from robot_latency.report.diagnose import (
     PREFILL_SHARE,
     QUEUE_SHARE,
     STALL_FACTOR,
+    STEAL_SHARE,
     Bucket,
     Diagnosis,
     diagnose,
@@ -134,7 +135,9 @@ def render_report(runs: Sequence[RunData], table_md: str,
             lines += [f"![{_PLOT_TITLES.get(name, name)}]({name})", ""]
     lines += ["## Tail diagnosis", "",
               "Each miss is attributed to the first matching cause: skipped; engine_fault; "
-              "publish_late (the model's last token came in time, the plan went out late); "
+              "host_steal (a hypervisor stopped the machine for at least the lateness, or for "
+              f"> {STEAL_SHARE:.0%} of the deadline); publish_late (the model's last token "
+              "came in time, the plan went out late); "
               f"queueing (queue wait > {QUEUE_SHARE:.0%} of the deadline); stall (one gap > "
               f"{STALL_FACTOR:g}x the run's median gap); prefill_too_long (prefill > "
               f"{PREFILL_SHARE:.0%} of the deadline, or no token at all); else decode_too_slow.",

@@ -6,6 +6,7 @@
      "deadline_miss_rate_ci95": [lo, hi], "fallbacks": {"deadline": 3, ...},
      "ttft_ms": {"p50":..., "p90":..., "p99":..., "max":..., "mean":..., "n": ...},
      "itl_ms": {...}, "tpot_ms": {...}, "e2e_ms": {...}, "overshoot_ms": {...}, ...,
+     "host_steal_ms": {"total": ..., "cycles_with_steal": ..., "n": ...} or null,
      "warnings": [...]}
 
 A statistic with no samples is ``None``, never 0.
@@ -92,6 +93,15 @@ def _metric_values(records: Sequence[CycleRecord], metric: str) -> list[float]:
     return [v / 1e6 for v in values if v is not None]
 
 
+def _steal_ms(records: Sequence[CycleRecord]) -> dict[str, Any] | None:
+    """CPU time a hypervisor took during the run, and in how many cycles (None: not known)."""
+    steal = [r.host_steal_ns for r in records if r.host_steal_ns is not None]
+    if not steal:
+        return None
+    return {"total": sum(steal) / 1e6, "cycles_with_steal": sum(1 for s in steal if s > 0),
+            "n": len(steal)}
+
+
 def summarize(records: Sequence[CycleRecord]) -> dict[str, Any]:
     """Return the summary of a run's records (the ``summary.json`` layout above)."""
     n = len(records)
@@ -107,6 +117,7 @@ def summarize(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "skipped_cycles": sum(1 for r in records if r.skipped),
         "fallbacks": dict(sorted(fallbacks.items())),
         "plan_sources": dict(sorted(Counter(r.plan_source for r in records).items())),
+        "host_steal_ms": _steal_ms(records),
     }
     warnings: list[str] = []
     for metric in METRICS:

@@ -5,8 +5,9 @@ plan envelopes and cycle records back through callbacks; everything else (engine
 log, manifest, summary) is :class:`~robot_latency.planner.session.PlannerRun`'s.
 
 Threads: the loop runs in one thread with the real clock (its waits are ``time.sleep`` against
-absolute scheduled times); the caller's thread (rclpy's executor) only calls :meth:`submit`,
-which stamps the arrival and puts the command in the bounded mailbox.
+absolute scheduled times), pinned and prioritised by the run's CPU budget; the caller's thread
+(rclpy's executor) only calls :meth:`submit`, which stamps the arrival and puts the command
+in the bounded mailbox.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.planner.session import PlannerRun, RunConfig, RunError
 from robot_latency.records import CycleRecord
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class PlannerDriver:
         self._stop = threading.Event()
         self._arrived = threading.Event()
         self.finished = threading.Event()  # the loop thread has ended (stopped, done or failed)
+        self._budget_applied = threading.Event()
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -69,13 +71,28 @@ class PlannerDriver:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the loop thread."""
+        """Start the loop thread, once its CPU budget (cores, priority) is in effect.
+
+        Raises:
+            RunError: the budget cannot be applied (the thread has ended; nothing ran).
+        """
         if self._thread is not None:
             raise RuntimeError("the planner loop is already started")
         self._thread = threading.Thread(target=self._main, name="planner-loop", daemon=True)
         self._thread.start()
+        self._budget_applied.wait()
+        if isinstance(self.error, RunError):
+            raise self.error
 
     def _main(self) -> None:
+        try:
+            self.run.enter_loop_thread()
+        except RunError as err:
+            self.error = err
+            self.finished.set()
+            return
+        finally:
+            self._budget_applied.set()
         try:
             if self.loop.config.mode == "event":
                 self.loop.run_events(self._events())

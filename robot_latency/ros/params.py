@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import MODES, ConfigError, PlannerConfig
 from robot_latency.planner.fallback import FALLBACK_NAMES
 from robot_latency.planner.session import RunConfig
 from robot_latency.ros.diagnostics import DiagnosticsError, DiagnosticThresholds
 
 #: Kinds of parameter value, as ROS names the types.
-KINDS = ("string", "integer", "double", "bool", "string_array")
+KINDS = ("string", "integer", "double", "bool", "string_array", "cpu_list")
 
 #: Device profile when ``device_profile`` is ``auto`` and no Jetson is detected.
 DEFAULT_TARGET_DEVICE = "orin-nano-8gb"
@@ -137,6 +138,18 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("n_gpu_layers", 0, "integer",
           "layers offloaded to the GPU (a Jetson's CUDA build; -1: all; 0: CPU only)",
           low=-1, high=100_000),
+    _spec("loop_cpus", "", "cpu_list",
+          "CPUs the planner loop's thread runs on (a list, or a string such as '0' or "
+          "'0,2-3'); empty: not pinned"),
+    _spec("engine_cpus", "", "cpu_list",
+          "CPUs the engine worker runs on; empty: all but loop_cpus when those are set, "
+          "else not pinned"),
+    _spec("engine_nice", CpuBudget().engine_nice, "integer",
+          "niceness added to the engine worker, so the loop wins a shared core", low=0,
+          high=19),
+    _spec("loop_priority", CpuBudget().loop_priority, "integer",
+          "SCHED_FIFO priority of the loop's thread (1-99; needs an rtprio limit or "
+          "CAP_SYS_NICE); 0: normal scheduler", low=0, high=99),
     _spec("hang_timeout_ms", 1000.0, "double",
           "a generation still running this long past its give-up time is hung: the engine "
           "worker is restarted (ms)", low=1.0, high=600_000.0),
@@ -229,11 +242,20 @@ def coerce(spec: ParamSpec, value: Any) -> Any:
             raise ParamError(name, f"{value!r}: must be a non-empty list of "
                                    f"{', '.join(spec.choices) or 'strings'}")
         return items
+    if kind == "cpu_list":
+        return _cpu_list(name, value)
     number = _number(name, value, integer=kind == "integer")
     if (spec.low is not None and number < spec.low) or (spec.high is not None
                                                          and number > spec.high):
         raise ParamError(name, f"{number!r} is out of range [{spec.low}, {spec.high}]")
     return number
+
+
+def _cpu_list(name: str, value: Any) -> tuple[int, ...]:
+    try:
+        return parse_cpu_list(value)
+    except ValueError as err:
+        raise ParamError(name, str(err)) from None
 
 
 def _number(name: str, value: Any, *, integer: bool) -> int | float:
@@ -384,9 +406,14 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
     label = v["label"].strip() or " ".join(
         p for p in (engine, Path(model).name if model else None, quant) if p)
     try:
+        cpu = CpuBudget(loop_cpus=v["loop_cpus"], engine_cpus=v["engine_cpus"],
+                        engine_nice=v["engine_nice"], loop_priority=v["loop_priority"])
+        engine_cpus = cpu.resolved_engine_cpus()
+        if engine != "sim" and not v["n_threads"] and engine_cpus:
+            options["n_threads"] = len(engine_cpus)  # one thread per core the engine owns
         run = RunConfig(planner=planner, log_dir=log_dir, engine=engine, engine_options=options,
                         runner="process", model=model, quant=quant, host_device=host,
-                        target_device=target, label=label,
+                        target_device=target, label=label, cpu=cpu,
                         hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
                         extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]})
     except ConfigError as err:

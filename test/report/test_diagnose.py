@@ -91,9 +91,9 @@ def test_two_kinds_of_miss_counted_separately() -> None:
     assert diag.deadline_misses == 5
     # a fallback answered for the model: engine fault, model out of time
     assert diag.model_misses == 2
-    assert diag.causes_deadline == {"skipped": 1, "engine_fault": 0, "publish_late": 1,
-                                    "queueing": 1, "stall": 1, "prefill_too_long": 1,
-                                    "decode_too_slow": 0}
+    assert diag.causes_deadline == {"skipped": 1, "engine_fault": 0, "host_steal": 0,
+                                    "publish_late": 1, "queueing": 1, "stall": 1,
+                                    "prefill_too_long": 1, "decode_too_slow": 0}
     assert diag.causes_model["engine_fault"] == 1 and diag.causes_model["decode_too_slow"] == 1
     assert sum(diag.causes_model.values()) == 2
     assert sum(diag.causes.values()) == 7
@@ -121,6 +121,26 @@ def test_rule_order_engine_fault_before_queueing_and_no_token_is_prefill() -> No
     assert attribute_cause(slow, median_itl_ns=10 * MS, deadline_ns=50 * MS) == \
         "prefill_too_long"
     assert attribute_cause(slow, median_itl_ns=None) == "decode_too_slow"
+
+
+def test_host_steal_explains_a_late_publish_only_when_it_covers_the_lateness() -> None:
+    late = _rec(1, published_ms=130)  # tokens in time, plan 30 ms late: publish_late
+    assert attribute_cause(late, median_itl_ns=10 * MS) == "publish_late"
+    late.host_steal_ns = 20 * MS  # the VM was stopped, but for less than the lateness
+    assert attribute_cause(late, median_itl_ns=10 * MS) == "publish_late"
+    late.host_steal_ns = 30 * MS
+    assert attribute_cause(late, median_itl_ns=10 * MS) == "host_steal"
+    # a model miss answered in time: steal over 10% of the 100 ms budget is the cause
+    gave_up = _rec(2, itl_ms=[16] * 6, published_ms=99, source="fallback", reason="deadline")
+    gave_up.host_steal_ns = 10 * MS
+    assert attribute_cause(gave_up, median_itl_ns=10 * MS) == "decode_too_slow"
+    gave_up.host_steal_ns = 20 * MS
+    assert attribute_cause(gave_up, median_itl_ns=10 * MS) == "host_steal"
+    # an engine fault stays an engine fault whatever the host did
+    fault = _rec(3, no_tokens=True, published_ms=5, source="fallback", reason="engine_error",
+                 engine_error="boom")
+    fault.host_steal_ns = 50 * MS
+    assert attribute_cause(fault, median_itl_ns=10 * MS) == "engine_fault"
 
 
 def test_verdict_length_variance_when_output_lengths_vary() -> None:

@@ -6,15 +6,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+pytest.importorskip("gguf")
 
-from robot_latency.cli import main  # noqa: E402
-from robot_latency.records import CycleRecord, JsonlSink  # noqa: E402
+from robot_latency.cli import main
+from robot_latency.records import CycleRecord, JsonlSink
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -25,39 +25,6 @@ FLOOR_KEYS = {"itl_floor_ms", "throughput_floor_tok_s", "weight_bytes_per_step",
 def _run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
     assert main(list(argv)) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def _tiny_gguf(path: Path) -> Path:
-    """Write a 2-layer llama GGUF (untied, F32): 64 wide, 4 heads / 2 KV heads, vocab 100."""
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(2)
-    w.add_context_length(256)
-    w.add_embedding_length(64)
-    w.add_feed_forward_length(128)
-    w.add_head_count(4)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    rng = np.random.default_rng(0)
-    def t(name: str, *shape: int) -> None:
-        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
-    t("token_embd.weight", 100, 64)
-    for i in range(2):
-        t(f"blk.{i}.attn_norm.weight", 64)
-        t(f"blk.{i}.attn_q.weight", 64, 64)
-        t(f"blk.{i}.attn_k.weight", 32, 64)
-        t(f"blk.{i}.attn_v.weight", 32, 64)
-        t(f"blk.{i}.attn_output.weight", 64, 64)
-        t(f"blk.{i}.ffn_norm.weight", 64)
-        t(f"blk.{i}.ffn_gate.weight", 128, 64)
-        t(f"blk.{i}.ffn_up.weight", 128, 64)
-        t(f"blk.{i}.ffn_down.weight", 64, 128)
-    t("output_norm.weight", 64)
-    t("output.weight", 100, 64)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def test_floor_json_preset_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,8 +52,10 @@ def test_floor_json_manual_form_hand_worked(capsys: pytest.CaptureFixture[str]) 
     assert out["prefill_floor_ms"] == pytest.approx(2e11 / 5.1e12 * 1e3)
 
 
-def test_floor_json_on_a_gguf_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _tiny_gguf(tmp_path / "tiny.gguf")
+def test_floor_json_on_a_gguf_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   tiny_llama_gguf: Callable[..., Path]) -> None:
+    # 2 layers (untied, F32): 64 wide, 4 heads / 2 KV heads, FFN 128, vocabulary 100
+    path = tiny_llama_gguf(tmp_path / "tiny.gguf")
     out = _run_json(capsys, "floor", "--device", "h100-sxm", "--model", str(path), "--json")
     # every F32 tensor except the 100x64 embedding is read per step
     total = 4 * (100 * 64 * 2 + 64 + 2 * (64 * 64 * 2 + 32 * 64 * 2 + 128 * 64 * 3 + 64 * 2))

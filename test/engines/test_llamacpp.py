@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp")
 
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
-from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names
 from robot_latency.models.plan import actions_gbnf, parse_actions
-from robot_latency.models.tokenizer import build_vocab, format_prompt
+from robot_latency.models.tokenizer import format_prompt
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
@@ -29,21 +28,12 @@ COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kit
             "bring me the blue bottle", "find the green ball then go to the garage"]
 
 
-def _random_model(path: Path, *, dim: int, layers: int, ffn: int, seed: int) -> Path:
-    vocab = build_vocab()
-    shape = GGUFShape(vocab_size=vocab.size, dim=dim, n_layers=layers, n_heads=4, n_kv_heads=2,
-                      ffn_dim=ffn, context_length=1024)
-    rng = np.random.default_rng(seed)
-    tensors = {name: (rng.standard_normal(s).astype(np.float32) * 0.05 if len(s) > 1
-                      else np.ones(s, np.float32))
-               for name, s in gguf_tensor_names(shape).items()}
-    return export_gguf(path, shape, tensors, vocab=vocab)
-
-
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _random_model(tmp_path_factory.mktemp("m") / "rand.gguf", dim=128, layers=2, ffn=256,
-                         seed=0)
+def model(tmp_path_factory: pytest.TempPathFactory,
+          random_llama_gguf: Callable[..., Path]) -> Path:
+    # 128 wide, 2 layers, 4 query / 2 KV heads, FFN 256, context 1024; unit norm gains.
+    return random_llama_gguf(tmp_path_factory.mktemp("m") / "rand.gguf", seed=0,
+                             norm_jitter=None)
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +99,12 @@ def test_deadline_in_the_past_stops_before_any_work(engine) -> None:
     assert trace.stop_reason is StopReason.DEADLINE and trace.token_ns == []
 
 
-def test_abort_during_a_long_prefill(tmp_path: Path) -> None:
+def test_abort_during_a_long_prefill(tmp_path: Path,
+                                     random_llama_gguf: Callable[..., Path]) -> None:
     # A wider model and a ~900-token prompt in one chunk: the prefill takes long enough that
     # the abort lands inside llama_decode (the callback), not between chunks.
-    path = _random_model(tmp_path / "wide.gguf", dim=512, layers=8, ffn=1536, seed=1)
+    path = random_llama_gguf(tmp_path / "wide.gguf", dim=512, n_layers=8, ffn_dim=1536, seed=1,
+                             norm_jitter=None)
     e = create_engine("llamacpp", model_path=str(path), n_ctx=1024, chunk_tokens=1024)
     try:
         prompt = format_prompt(" ".join(["pick up the red cup"] * 180))
@@ -132,9 +124,10 @@ def test_abort_during_a_long_prefill(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("draft", ["model", "prompt_lookup"])
-def test_speculative_output_identical_to_target(engine, model: Path, tmp_path: Path,
-                                                draft: str) -> None:
-    draft_path = _random_model(tmp_path / "draft.gguf", dim=64, layers=1, ffn=128, seed=7)
+def test_speculative_output_identical_to_target(engine, model: Path, tmp_path: Path, draft: str,
+                                                random_llama_gguf: Callable[..., Path]) -> None:
+    draft_path = random_llama_gguf(tmp_path / "draft.gguf", dim=64, n_layers=1, ffn_dim=128,
+                                   seed=7, norm_jitter=None)
     spec = create_engine("llamacpp", model_path=str(model), n_ctx=1024, draft=draft,
                          draft_model_path=str(draft_path), draft_k=3, draft_adaptive=True)
     try:
@@ -173,22 +166,10 @@ def test_bad_model_file_named(tmp_path: Path, content: bytes, needle: str) -> No
     assert str(bad) in str(err.value)
 
 
-def test_wrong_architecture_named(tmp_path: Path) -> None:
+def test_wrong_architecture_named(tmp_path: Path,
+                                  tiny_llama_gguf: Callable[..., Path]) -> None:
     """A well-formed GGUF of an architecture llama.cpp cannot build: an error naming the file."""
-    import gguf
-
-    path = tmp_path / "alien.gguf"
-    w = gguf.GGUFWriter(str(path), "notanarch")
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(8)
-    w.add_feed_forward_length(16)
-    w.add_head_count(1)
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = tiny_llama_gguf(tmp_path / "alien.gguf", arch="notanarch")
     with pytest.raises(EngineError) as err:
         create_engine("llamacpp", model_path=str(path))
     assert str(path) in str(err.value)

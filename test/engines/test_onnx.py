@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp")
@@ -28,10 +28,9 @@ from robot_latency.engines import (
     create_engine,
 )
 from robot_latency.engines.onnx import GRAMMAR_MASK, ActionGrammarMask
-from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names
 from robot_latency.models.onnx_export import export_all
 from robot_latency.models.plan import actions_gbnf, parse_actions
-from robot_latency.models.tokenizer import build_vocab, format_prompt
+from robot_latency.models.tokenizer import format_prompt
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
             "bring me the blue bottle", "find the green ball then go to the garage",
@@ -39,21 +38,12 @@ COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kit
 CPU = ("CPUExecutionProvider",)
 
 
-def _random_gguf(path: Path, *, seed: int) -> Path:
-    vocab = build_vocab()
-    shape = GGUFShape(vocab_size=vocab.size, dim=128, n_layers=2, n_heads=4, n_kv_heads=2,
-                      ffn_dim=256, context_length=1024)
-    rng = np.random.default_rng(seed)
-    tensors = {name: (rng.standard_normal(s) * 0.05 if len(s) > 1
-                      else 1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-               for name, s in gguf_tensor_names(shape).items()}
-    return export_gguf(path, shape, tensors, vocab=vocab)
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def models(tmp_path_factory: pytest.TempPathFactory,
+           random_llama_gguf: Callable[..., Path]) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("onnx_engine")
-    gguf = _random_gguf(d / "rand.gguf", seed=1)
+    # 128 wide, 2 layers, 4 query / 2 KV heads, FFN 256, context 1024.
+    gguf = random_llama_gguf(d / "rand.gguf", seed=1)
     export_all(gguf, d)
     return {"gguf": gguf, "fp32": d / "rand.onnx", "int8": d / "rand.int8.onnx"}
 

@@ -1,7 +1,8 @@
 """Tests for robot_latency.floor.modelinfo: GGUF reading, presets, KV bytes and resolution.
 
-The GGUF files are real, small llama-architecture files written with gguf.GGUFWriter:
-2 layers, hidden 64, 4 heads / 2 KV heads (head_dim 16), FFN 128, vocabulary 100.
+The GGUF files are real, small llama-architecture files written with gguf.GGUFWriter (the
+tiny_llama_gguf fixture, test/conftest.py): 2 layers, hidden 64, 4 heads / 2 KV heads
+(head_dim 16), FFN 128, vocabulary 100.
 """
 
 from __future__ import annotations
@@ -9,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
-from gguf.quants import quantize
 
 from robot_latency.floor.errors import ModelInfoError, UnknownPresetError
 from robot_latency.floor.modelinfo import (
@@ -35,9 +35,7 @@ from robot_latency.floor.modelinfo import (
 
 Q = gguf.GGMLQuantizationType
 
-N_LAYERS, HIDDEN, N_HEADS, N_KV, FFN, VOCAB = 2, 64, 4, 2, 128, 100
-HEAD_DIM = HIDDEN // N_HEADS  # 16
-KV_DIM = N_KV * HEAD_DIM  # 32
+N_LAYERS = 2  # the tiny file: hidden 64, 4 heads / 2 KV heads (KV width 32), FFN 128, vocab 100
 
 # Elements, worked by hand for the tiny shape.
 LAYER_MATRIX_ELEMS = 64 * 64 + 32 * 64 + 32 * 64 + 64 * 64 + 3 * 128 * 64  # 36864
@@ -47,82 +45,19 @@ TIED_PARAMS = N_LAYERS * (LAYER_MATRIX_ELEMS + LAYER_VECTOR_ELEMS) + EMBD_ELEMS 
 UNTIED_PARAMS = TIED_PARAMS + EMBD_ELEMS  # 86848
 
 
-def _write_gguf(
-    path: Path,
-    *,
-    tied: bool = False,
-    matrix_type: gguf.GGMLQuantizationType = Q.F32,
-    embd_type: gguf.GGMLQuantizationType = Q.F32,
-    file_type: int | None = None,
-    token_list: bool = True,
-    block_count: int | None = N_LAYERS,
-    key_length: int | None = None,
-    tensor_layers: int = N_LAYERS,
-    with_tensors: bool = True,
-) -> Path:
-    """Write a tiny llama GGUF; numpy shapes are (rows, row_length), ggml's (ne1, ne0)."""
-    rng = np.random.default_rng(0)
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-llama")
-    if block_count is not None:
-        w.add_block_count(block_count)
-    w.add_embedding_length(HIDDEN)
-    w.add_head_count(N_HEADS)
-    w.add_head_count_kv(N_KV)
-    w.add_feed_forward_length(FFN)
-    w.add_context_length(256)
-    if key_length is not None:
-        w.add_key_length(key_length)
-        w.add_value_length(key_length)
-    if file_type is not None:
-        w.add_file_type(file_type)
-    if token_list:
-        w.add_token_list([f"tok{i}" for i in range(VOCAB)])
-
-    def add(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> None:
-        data = rng.standard_normal(shape).astype(np.float32)
-        if qtype == Q.F32:
-            w.add_tensor(name, data)
-        elif qtype == Q.F16:
-            w.add_tensor(name, data.astype(np.float16))
-        else:
-            w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
-
-    if with_tensors:
-        add("token_embd.weight", (VOCAB, HIDDEN), embd_type)
-        for i in range(tensor_layers):
-            add(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
-            add(f"blk.{i}.attn_q.weight", (HIDDEN, HIDDEN), matrix_type)
-            add(f"blk.{i}.attn_k.weight", (KV_DIM, HIDDEN), matrix_type)
-            add(f"blk.{i}.attn_v.weight", (KV_DIM, HIDDEN), matrix_type)
-            add(f"blk.{i}.attn_output.weight", (HIDDEN, HIDDEN), matrix_type)
-            add(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
-            add(f"blk.{i}.ffn_gate.weight", (FFN, HIDDEN), matrix_type)
-            add(f"blk.{i}.ffn_up.weight", (FFN, HIDDEN), matrix_type)
-            add(f"blk.{i}.ffn_down.weight", (HIDDEN, FFN), matrix_type)
-        add("output_norm.weight", (HIDDEN,), Q.F32)
-        if not tied:
-            add("output.weight", (VOCAB, HIDDEN), matrix_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+@pytest.fixture()
+def untied_f32(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> Path:
+    return tiny_llama_gguf(tmp_path / "untied.gguf")
 
 
 @pytest.fixture()
-def untied_f32(tmp_path: Path) -> Path:
-    return _write_gguf(tmp_path / "untied.gguf")
+def tied_f32(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> Path:
+    return tiny_llama_gguf(tmp_path / "tied.gguf", tied=True, token_list=False)
 
 
 @pytest.fixture()
-def tied_f32(tmp_path: Path) -> Path:
-    return _write_gguf(tmp_path / "tied.gguf", tied=True, token_list=False)
-
-
-@pytest.fixture()
-def untied_q8(tmp_path: Path) -> Path:
-    return _write_gguf(
+def untied_q8(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> Path:
+    return tiny_llama_gguf(
         tmp_path / "q8.gguf",
         matrix_type=Q.Q8_0,
         embd_type=Q.F16,
@@ -256,16 +191,16 @@ def test_gguf_profile_matches_shape_arithmetic(untied_f32: Path, tied_f32: Path)
         )
 
 
-def test_key_length_sets_head_dim(tmp_path: Path) -> None:
-    p = profile_from_gguf(_write_gguf(tmp_path / "kl.gguf", key_length=32))
+def test_key_length_sets_head_dim(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
+    p = profile_from_gguf(tiny_llama_gguf(tmp_path / "kl.gguf", key_length=32))
     assert p.head_dim == 32
     assert p.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2
 
 
-def test_general_file_type_name(tmp_path: Path) -> None:
-    path = _write_gguf(tmp_path / "f.gguf", file_type=gguf.LlamaFileType.MOSTLY_Q4_K_M)
+def test_general_file_type_name(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
+    path = tiny_llama_gguf(tmp_path / "f.gguf", file_type=gguf.LlamaFileType.MOSTLY_Q4_K_M)
     assert profile_from_gguf(path).quant == "Q4_K_M"
-    path = _write_gguf(tmp_path / "g.gguf", file_type=gguf.LlamaFileType.ALL_F32)
+    path = tiny_llama_gguf(tmp_path / "g.gguf", file_type=gguf.LlamaFileType.ALL_F32)
     assert profile_from_gguf(path).quant == "F32"
 
 
@@ -365,18 +300,19 @@ def test_unknown_tensor_type(tmp_path: Path, untied_f32: Path) -> None:
     assert "does not know" in _error(path)
 
 
-def test_missing_block_count(tmp_path: Path) -> None:
-    msg = _error(_write_gguf(tmp_path / "nobc.gguf", block_count=None))
+def test_missing_block_count(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
+    msg = _error(tiny_llama_gguf(tmp_path / "nobc.gguf", block_count=None))
     assert "llama.block_count" in msg
 
 
-def test_block_count_below_tensor_layers(tmp_path: Path) -> None:
-    msg = _error(_write_gguf(tmp_path / "bc.gguf", block_count=1))
+def test_block_count_below_tensor_layers(tmp_path: Path,
+                                         tiny_llama_gguf: Callable[..., Path]) -> None:
+    msg = _error(tiny_llama_gguf(tmp_path / "bc.gguf", block_count=1))
     assert "layer 1" in msg and "block_count" in msg
 
 
-def test_vocab_only_file(tmp_path: Path) -> None:
-    assert "no tensors" in _error(_write_gguf(tmp_path / "vocab.gguf", with_tensors=False))
+def test_vocab_only_file(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
+    assert "no tensors" in _error(tiny_llama_gguf(tmp_path / "vocab.gguf", with_tensors=False))
 
 
 def test_bad_kv_dtype_for_file(untied_f32: Path) -> None:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ gguf = pytest.importorskip("gguf")
 from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf  # noqa: E402
 from robot_latency.models import inflate as inf  # noqa: E402
 from robot_latency.models.evaluate import GGUFPlanner  # noqa: E402
-from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names  # noqa: E402
+from robot_latency.models.export import GGUFShape, gguf_tensor_names  # noqa: E402
 from robot_latency.models.ladder import build_ladder, greedy_plans  # noqa: E402
 from robot_latency.models.tokenizer import build_vocab  # noqa: E402
 
@@ -29,7 +32,8 @@ COMMANDS = [
 # F32 KV cache). Measured ~2e-6 here; REFERENCE 8 saw 5e-3 at the Qwen2.5-0.5B shape.
 LOGIT_ATOL = 1e-3
 
-SMALL = dict(dim=128, n_layers=2, n_heads=2, n_kv=1, ffn=256)  # head_dim 64, like the presets
+# head_dim 64, like the presets
+SMALL = dict(dim=128, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=256)
 BIG = ModelShape(
     id="made-up", name="MadeUp", architecture="llama", n_layers=5, hidden=384, n_heads=6,
     n_kv_heads=2, head_dim=64, ffn=640, vocab_size=build_vocab().size + 45,
@@ -37,36 +41,26 @@ BIG = ModelShape(
 )
 
 
-def tiny_gguf(path, *, dim, n_layers, n_heads, n_kv, ffn, seed=0, negative_logits=False):
-    """Write a random llama GGUF with the planner vocabulary (F32).
-
-    negative_logits: make every real logit strongly negative (residual coordinate 0 is a constant
-    +4 that no layer writes to, and every output row reads it with weight -50), so that a padded
-    token's logit 0 beats them all.
-    """
-    vocab = build_vocab()
-    shape = GGUFShape(vocab_size=vocab.size, dim=dim, n_layers=n_layers, n_heads=n_heads,
-                      n_kv_heads=n_kv, ffn_dim=ffn)
-    rng = np.random.default_rng(seed)
-    t = {}
-    for name, tshape in gguf_tensor_names(shape).items():
-        if len(tshape) == 1:
-            t[name] = (1 + 0.1 * rng.standard_normal(tshape)).astype(np.float32)
-        else:
-            scale = 0.5 if name == "token_embd.weight" else tshape[1] ** -0.5
-            t[name] = (rng.standard_normal(tshape) * scale).astype(np.float32)
-    if negative_logits:
-        t["token_embd.weight"][:, 0] = 4.0
-        for name in t:
-            if name.endswith(("attn_output.weight", "ffn_down.weight")):
-                t[name][0, :] = 0.0
-        t["output_norm.weight"][0] = 1.0
-        t["output.weight"][:, 0] = -50.0
-    return export_gguf(path, shape, t, vocab=vocab)
+def _negative_logits(t: dict[str, np.ndarray]) -> None:
+    """Make every real logit strongly negative: residual coordinate 0 is a constant +4 that no
+    layer writes to, and every output row reads it with weight -50, so that a padded token's
+    logit 0 beats them all."""
+    t["token_embd.weight"][:, 0] = 4.0
+    for name in t:
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            t[name][0, :] = 0.0
+    t["output_norm.weight"][0] = 1.0
+    t["output.weight"][:, 0] = -50.0
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+def tiny_gguf(random_llama_gguf: Callable[..., Path]) -> Callable[..., Path]:
+    """Write a random llama GGUF with the planner vocabulary (F32, fan-in scaled, context 128)."""
+    return functools.partial(random_llama_gguf, matrix_std=None, context_length=128)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, tiny_gguf):
     d = tmp_path_factory.mktemp("inflate")
     small = tiny_gguf(d / "small.gguf", **SMALL)
     big = inf.inflate(small, BIG, d / "big.gguf", dtype="F32")
@@ -101,9 +95,9 @@ def test_greedy_identical_and_logits_close(pair) -> None:
             assert np.all(lb[:, v:] == 0.0)  # padded vocabulary: logit exactly 0
 
 
-def test_padding_wins_without_grammar_never_with_it(tmp_path) -> None:
+def test_padding_wins_without_grammar_never_with_it(tmp_path, tiny_gguf) -> None:
     v = build_vocab().size
-    small = tiny_gguf(tmp_path / "neg.gguf", **SMALL, negative_logits=True)
+    small = tiny_gguf(tmp_path / "neg.gguf", **SMALL, edit=_negative_logits)
     big = inf.inflate(small, BIG, tmp_path / "neg-big.gguf", dtype="F32")
     with GGUFPlanner(big, kv_f32=True) as b:
         logits = b.logits(b.prompt(COMMANDS[0]))[-1]
@@ -114,8 +108,9 @@ def test_padding_wins_without_grammar_never_with_it(tmp_path) -> None:
     assert plans == greedy_plans(small, COMMANDS)
 
 
-def test_f16_and_ladder(tmp_path) -> None:
-    small = tiny_gguf(tmp_path / "s.gguf", dim=256, n_layers=2, n_heads=4, n_kv=2, ffn=512)
+def test_f16_and_ladder(tmp_path, tiny_gguf) -> None:
+    small = tiny_gguf(tmp_path / "s.gguf", dim=256, n_layers=2, n_heads=4, n_kv_heads=2,
+                      ffn_dim=512)
     big_shape = ModelShape(
         id="m", name="M", architecture="llama", n_layers=3, hidden=512, n_heads=8, n_kv_heads=2,
         head_dim=64, ffn=1024, vocab_size=build_vocab().size + 3, tied_embeddings=False,
@@ -174,7 +169,7 @@ def test_pad_vocab() -> None:
 # Head packing: head_dim 16 (4 KV heads, 2 query heads each) into head_dim 32 with 2 KV heads of
 # 5 query heads each. Spread: small KV 0,1,2,3 -> (big KV 0, sub 0), (1, 0), (0, 1), (1, 1); each
 # big group needs 4 of its 5 query slots, the 5th is unused.
-SMALL_HD16 = dict(dim=128, n_layers=3, n_heads=8, n_kv=4, ffn=256)
+SMALL_HD16 = dict(dim=128, n_layers=3, n_heads=8, n_kv_heads=4, ffn_dim=256)
 BIG_HD32 = ModelShape(
     id="made-up-hd32", name="MadeUpHd32", architecture="llama", n_layers=5, hidden=320,
     n_heads=10, n_kv_heads=2, head_dim=32, ffn=384, vocab_size=build_vocab().size + 7,
@@ -191,7 +186,7 @@ PACKED_LOGIT_ATOL = 1e-3
 
 
 @pytest.fixture(scope="module")
-def packed_pair(tmp_path_factory):
+def packed_pair(tmp_path_factory, tiny_gguf):
     d = tmp_path_factory.mktemp("inflate-packed")
     small = tiny_gguf(d / "small16.gguf", **SMALL_HD16, seed=1)
     big = inf.inflate(small, BIG_HD32, d / "big32.gguf", dtype="F32")

@@ -2,36 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
 
 from robot_latency.models import ladder  # noqa: E402
-from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names  # noqa: E402
-from robot_latency.models.tokenizer import build_vocab  # noqa: E402
 
 COMMANDS = ["pick up the red cup", "stop", "go to the kitchen slowly", "hand it to me"]
 
 
-def tiny_gguf(path, *, dim=256, ffn=512, n_heads=4, n_kv=2, n_layers=2, seed=0):
-    """Write a random llama GGUF with the planner vocabulary (F32)."""
-    vocab = build_vocab()
-    shape = GGUFShape(vocab_size=vocab.size, dim=dim, n_layers=n_layers, n_heads=n_heads,
-                      n_kv_heads=n_kv, ffn_dim=ffn)
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for name, tshape in gguf_tensor_names(shape).items():
-        if len(tshape) == 1:
-            tensors[name] = (1 + 0.1 * rng.standard_normal(tshape)).astype(np.float32)
-        else:
-            scale = 0.5 if name == "token_embd.weight" else tshape[1] ** -0.5
-            tensors[name] = (rng.standard_normal(tshape) * scale).astype(np.float32)
-    return export_gguf(path, shape, tensors, vocab=vocab)
+@pytest.fixture(scope="module")
+def tiny_gguf(random_llama_gguf: Callable[..., Path]) -> Callable[..., Path]:
+    """Write a random llama GGUF with the planner vocabulary (F32, fan-in scaled, context 128):
+    by default 256 wide (rows of 256 and 512, whole K-quant blocks), 2 layers, 4 / 2 heads."""
+    return functools.partial(random_llama_gguf, dim=256, ffn_dim=512, n_heads=4, n_kv_heads=2,
+                             n_layers=2, matrix_std=None, context_length=128)
 
 
 def file_types(path):
@@ -39,7 +30,7 @@ def file_types(path):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, tiny_gguf):
     d = tmp_path_factory.mktemp("ladder")
     src = tiny_gguf(d / "tiny.gguf")
     man = ladder.build_ladder(src, d / "cache", quants=("F16", "Q8_0", "Q4_K_M", "Q4_0", "Q2_K"),
@@ -84,7 +75,7 @@ def test_manifest_file(built) -> None:
                                            "tensor_types", "tensors", "seconds"}
 
 
-def test_skip_on_match_and_rebuild_on_change(tmp_path) -> None:
+def test_skip_on_match_and_rebuild_on_change(tmp_path, tiny_gguf) -> None:
     src = tiny_gguf(tmp_path / "m.gguf")
     cache = tmp_path / "cache"
     first = ladder.build_ladder(src, cache, quants=("Q8_0", "Q4_0"))
@@ -110,9 +101,9 @@ def test_skip_on_match_and_rebuild_on_change(tmp_path) -> None:
     assert changed.source_sha256 == ladder.sha256_file(src)
 
 
-def test_k_quant_fallback_recorded(tmp_path) -> None:
+def test_k_quant_fallback_recorded(tmp_path, tiny_gguf) -> None:
     # Rows of 128 and 192 are not divisible by 256: llama.cpp falls back from the K-quants.
-    src = tiny_gguf(tmp_path / "odd.gguf", dim=128, ffn=192, n_heads=2, n_kv=1)
+    src = tiny_gguf(tmp_path / "odd.gguf", dim=128, ffn_dim=192, n_heads=2, n_kv_heads=1)
     man = ladder.build_ladder(src, tmp_path / "cache", quants=("Q4_K_M",))
     lv = man.levels["Q4_K_M"]
     assert lv.tensors == file_types(man.path("Q4_K_M"))
@@ -122,7 +113,7 @@ def test_k_quant_fallback_recorded(tmp_path) -> None:
     assert "F32" in lv.tensor_types
 
 
-def test_ladder_model_path_and_bad_quant(tmp_path, monkeypatch) -> None:
+def test_ladder_model_path_and_bad_quant(tmp_path, monkeypatch, tiny_gguf) -> None:
     src = tiny_gguf(tmp_path / "p.gguf")
     monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "rl"))
     assert ladder.default_cache_dir() == tmp_path / "rl" / "models"

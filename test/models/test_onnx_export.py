@@ -11,6 +11,7 @@ F32 KV cache in llama.cpp). Measured here: about 1.5e-6 on logits of scale ~2 (s
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,6 @@ llama_cpp = pytest.importorskip("llama_cpp")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names  # noqa: E402
 from robot_latency.models.onnx_export import (  # noqa: E402
     OnnxExportError,
     export_all,
@@ -36,22 +36,13 @@ REL_TOL = 1e-4
 N_LAYERS, N_KV, HEAD_DIM = 2, 2, 32
 
 
-def random_gguf(path: Path, *, seed: int = 0) -> Path:
-    """Write a 2-layer random llama (4 query / 2 KV heads, GQA) with the planner vocabulary."""
-    vocab = build_vocab()
-    shape = GGUFShape(vocab_size=vocab.size, dim=128, n_layers=N_LAYERS, n_heads=4,
-                      n_kv_heads=N_KV, ffn_dim=256, context_length=1024, norm_eps=1e-5)
-    rng = np.random.default_rng(seed)
-    # Norm gains away from 1 so a mistake in their use shows.
-    tensors = {name: (rng.standard_normal(s) * 0.05 if len(s) > 1
-                      else 1.0 + 0.1 * rng.standard_normal(s)).astype(np.float32)
-               for name, s in gguf_tensor_names(shape).items()}
-    return export_gguf(path, shape, tensors, vocab=vocab)
-
-
 @pytest.fixture(scope="module")
-def gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return random_gguf(tmp_path_factory.mktemp("onnx") / "rand.gguf")
+def gguf_path(tmp_path_factory: pytest.TempPathFactory,
+              random_llama_gguf: Callable[..., Path]) -> Path:
+    """A 2-layer random llama (128 wide, 4 query / 2 KV heads: GQA) with the planner vocabulary;
+    norm gains away from 1 so a mistake in their use shows."""
+    return random_llama_gguf(tmp_path_factory.mktemp("onnx") / "rand.gguf", n_layers=N_LAYERS,
+                             n_kv_heads=N_KV, seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,189 @@
+"""Fixtures shared by the whole suite: small llama GGUF files written in the test.
+
+Two writers, handed out as session fixtures (the test tree is not a package, and pytest's
+importlib mode puts no test folder on ``sys.path``, so tests cannot import a helper module):
+
+* :func:`random_llama_gguf`: a random-weight llama with the planner's real vocabulary, written
+  with the project's own exporter (:func:`robot_latency.models.export.export_gguf`): a file that
+  llama.cpp, the ONNX exporter and the quantization ladder can load and run.
+* :func:`tiny_llama_gguf`: a 2-layer llama written key by key with ``gguf.GGUFWriter``
+  (placeholder tokens, keys or tensors left out on request, quantized tensors): the reader's
+  inputs, broken ones included, for tests of what is read from a file rather than run.
+
+``gguf`` and the exporter are imported when a file is written, so test modules that skip
+without them still collect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+if TYPE_CHECKING:
+    import gguf
+
+TensorEdit = Callable[[dict[str, np.ndarray]], None]
+
+
+def write_random_llama_gguf(
+    path: Path,
+    *,
+    dim: int = 128,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    ffn_dim: int = 256,
+    context_length: int = 1024,
+    seed: int = 0,
+    matrix_std: float | None = 0.05,
+    norm_jitter: float | None = 0.1,
+    edit: TensorEdit | None = None,
+) -> Path:
+    """Write a random-weight llama GGUF (F32) with the planner vocabulary; return ``path``.
+
+    Tensors are drawn in :func:`~robot_latency.models.export.gguf_tensor_names` order from one
+    ``numpy.random.default_rng(seed)`` stream, so a seed always gives the same file.
+
+    Args:
+        path: the file to write.
+        dim, n_layers, n_heads, n_kv_heads, ffn_dim, context_length: the model's shape (the
+            defaults: 128 wide, 2 layers, 4 query / 2 KV heads (GQA), FFN 256, context 1024).
+        seed: the random stream's seed.
+        matrix_std: standard deviation of every matrix; None: fan-in scaling (each matrix
+            ``1/sqrt(row length)``, the token embedding 0.5), which keeps activations O(1) at
+            any width.
+        norm_jitter: norm gains are ``1 + norm_jitter * N(0, 1)`` (away from 1, so a mistake in
+            their use shows); None: exactly 1, and no draws for them.
+        edit: called with the tensors before they are written, to change them in place.
+    """
+    from robot_latency.models.export import GGUFShape, export_gguf, gguf_tensor_names
+    from robot_latency.models.tokenizer import build_vocab
+
+    vocab = build_vocab()
+    shape = GGUFShape(vocab_size=vocab.size, dim=dim, n_layers=n_layers, n_heads=n_heads,
+                      n_kv_heads=n_kv_heads, ffn_dim=ffn_dim, context_length=context_length)
+    rng = np.random.default_rng(seed)
+    tensors: dict[str, np.ndarray] = {}
+    for name, tshape in gguf_tensor_names(shape).items():
+        if len(tshape) == 1:
+            tensors[name] = (np.ones(tshape, np.float32) if norm_jitter is None else
+                             (1.0 + norm_jitter * rng.standard_normal(tshape)).astype(np.float32))
+            continue
+        if matrix_std is not None:
+            std = matrix_std
+        else:
+            std = 0.5 if name == "token_embd.weight" else tshape[1] ** -0.5
+        tensors[name] = (rng.standard_normal(tshape) * std).astype(np.float32)
+    if edit is not None:
+        edit(tensors)
+    return export_gguf(path, shape, tensors, vocab=vocab)
+
+
+#: The shape :func:`write_tiny_llama_gguf` writes: 2 layers, hidden 64, 4 heads / 2 KV heads
+#: (head_dim 16), FFN 128, vocabulary 100.
+TINY_LAYERS, TINY_HIDDEN, TINY_HEADS, TINY_KV_HEADS, TINY_FFN, TINY_VOCAB = 2, 64, 4, 2, 128, 100
+
+
+def write_tiny_llama_gguf(
+    path: Path,
+    *,
+    arch: str = "llama",
+    tied: bool = False,
+    matrix_type: gguf.GGMLQuantizationType | None = None,
+    embd_type: gguf.GGMLQuantizationType | None = None,
+    file_type: int | None = None,
+    token_list: bool = True,
+    block_count: int | None = TINY_LAYERS,
+    key_length: int | None = None,
+    tensor_layers: int = TINY_LAYERS,
+    with_tensors: bool = True,
+) -> Path:
+    """Write a tiny llama GGUF key by key (random N(0, 1) weights, seed 0); return ``path``.
+
+    numpy shapes are (rows, row_length), ggml's (ne1, ne0).
+
+    Args:
+        path: the file to write.
+        arch: ``general.architecture`` (and the prefix of the hyper-parameter keys).
+        tied: leave out ``output.weight`` (the output reuses the token embedding).
+        matrix_type: the type of the layer and output matrices (default F32; a quantized type
+            is written with ``gguf.quants.quantize``).
+        embd_type: the token embedding's type (default F32).
+        file_type: ``general.file_type``; None: the key is left out.
+        token_list: write a 100-token ``tokenizer.ggml.tokens`` list.
+        block_count: ``<arch>.block_count``; None: the key is left out.
+        key_length: ``<arch>.attention.key_length`` and ``value_length``; None: left out.
+        tensor_layers: how many blocks of tensors to write (may disagree with block_count).
+        with_tensors: False: a file with keys only.
+    """
+    import gguf
+    from gguf.quants import quantize
+
+    q = gguf.GGMLQuantizationType
+    matrix_type = q.F32 if matrix_type is None else matrix_type
+    embd_type = q.F32 if embd_type is None else embd_type
+    hidden, ffn, vocab = TINY_HIDDEN, TINY_FFN, TINY_VOCAB
+    kv_dim = TINY_KV_HEADS * (hidden // TINY_HEADS)
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-llama")
+    if block_count is not None:
+        w.add_block_count(block_count)
+    w.add_embedding_length(hidden)
+    w.add_head_count(TINY_HEADS)
+    w.add_head_count_kv(TINY_KV_HEADS)
+    w.add_feed_forward_length(ffn)
+    w.add_context_length(256)
+    if key_length is not None:
+        w.add_key_length(key_length)
+        w.add_value_length(key_length)
+    if file_type is not None:
+        w.add_file_type(file_type)
+    if token_list:
+        w.add_token_list([f"tok{i}" for i in range(vocab)])
+
+    def add(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> None:
+        data = rng.standard_normal(shape).astype(np.float32)
+        if qtype == q.F32:
+            w.add_tensor(name, data)
+        elif qtype == q.F16:
+            w.add_tensor(name, data.astype(np.float16))
+        else:
+            w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
+
+    if with_tensors:
+        add("token_embd.weight", (vocab, hidden), embd_type)
+        for i in range(tensor_layers):
+            add(f"blk.{i}.attn_norm.weight", (hidden,), q.F32)
+            add(f"blk.{i}.attn_q.weight", (hidden, hidden), matrix_type)
+            add(f"blk.{i}.attn_k.weight", (kv_dim, hidden), matrix_type)
+            add(f"blk.{i}.attn_v.weight", (kv_dim, hidden), matrix_type)
+            add(f"blk.{i}.attn_output.weight", (hidden, hidden), matrix_type)
+            add(f"blk.{i}.ffn_norm.weight", (hidden,), q.F32)
+            add(f"blk.{i}.ffn_gate.weight", (ffn, hidden), matrix_type)
+            add(f"blk.{i}.ffn_up.weight", (ffn, hidden), matrix_type)
+            add(f"blk.{i}.ffn_down.weight", (hidden, ffn), matrix_type)
+        add("output_norm.weight", (hidden,), q.F32)
+        if not tied:
+            add("output.weight", (vocab, hidden), matrix_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def random_llama_gguf() -> Callable[..., Path]:
+    """Return :func:`write_random_llama_gguf`: ``random_llama_gguf(path, dim=..., seed=...)``."""
+    return write_random_llama_gguf
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_gguf() -> Callable[..., Path]:
+    """Return :func:`write_tiny_llama_gguf`: ``tiny_llama_gguf(path, tied=True, ...)``."""
+    return write_tiny_llama_gguf

@@ -17,20 +17,17 @@ Exit status: 0 when every command was sent, 1 when the stream cannot be read or 
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
-import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
 
 from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, schedule
 from robot_latency.ros.params import REPLAYER_PARAMS, ParamError, replayer_settings
 from robot_latency.streams import CommandStream, StreamError, read_stream
@@ -89,72 +86,49 @@ class BagReplayerNode(Node):
         self.publisher.publish(String(data=text))
 
 
-def _spin_until(executor: SingleThreadedExecutor, done: threading.Event, stop: threading.Event,
-                deadline_s: float | None = None) -> None:
-    while not stop.is_set() and not done.is_set():
-        if deadline_s is not None and time.monotonic() >= deadline_s:
-            return
-        executor.spin_once(timeout_sec=0.05)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Replay the stream; return the exit status (see the module docstring)."""
-    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
-    rclpy.init(args=sys.argv if argv is None else argv,
-               signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    node: BagReplayerNode | None = None
-    pacer: Pacer | None = None
-    try:
-        node = BagReplayerNode()
-        if node.startup_error is not None or node.stream is None:
-            return node.startup_status
-        s = node.settings
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        # Wait (spinning, so discovery runs) for someone to listen, then the start delay.
-        matched = threading.Event()
-        give_up = time.monotonic() + s.wait_for_subscriber_s
-        while not stop.is_set() and time.monotonic() < give_up:
-            if node.publisher.get_subscription_count() > 0:
-                matched.set()
-                break
-            executor.spin_once(timeout_sec=0.05)
-        if not matched.is_set() and not stop.is_set():
-            node.get_logger().warning(
-                f"no subscriber on {node.publisher.topic_name} after "
-                f"{s.wait_for_subscriber_s:g} s; replaying anyway")
-        _spin_until(executor, threading.Event(), stop, time.monotonic() + s.start_delay_s)
-        start_ns = time.perf_counter_ns()
-        sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
-                         loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
-        pacer = Pacer(sends, node.send)
-        pacer.start()
-        _spin_until(executor, pacer.done, stop)
-        pacer.stop()
-        node.get_logger().info(f"replay {'stopped' if stop.is_set() else 'done'}: "
-                               f"{pacer.report.summary()}")
-        # Let the last commands be delivered (reliable QoS) and answered before leaving.
-        _spin_until(executor, threading.Event(), stop, time.monotonic() + s.tail_s)
-        if s.stay_alive:
-            _spin_until(executor, threading.Event(), stop)
-        executor.remove_node(node)
-        failed = pacer.report.failed or pacer.report.sent < len(sends)
-        return EXIT_FAILED if failed and not stop.is_set() else EXIT_OK
-    finally:
-        if pacer is not None:
+    with ros_main(argv, log) as stop:
+        node: BagReplayerNode | None = None
+        pacer: Pacer | None = None
+        try:
+            node = BagReplayerNode()
+            if node.startup_error is not None or node.stream is None:
+                return node.startup_status
+            s = node.settings
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            # Wait (spinning, so discovery runs) for someone to listen, then the start delay.
+            publisher = node.publisher
+            matched = spin_until(executor, stop,
+                                 done=lambda: publisher.get_subscription_count() > 0,
+                                 deadline_s=time.monotonic() + s.wait_for_subscriber_s)
+            if not matched and not stop.is_set():
+                node.get_logger().warning(
+                    f"no subscriber on {node.publisher.topic_name} after "
+                    f"{s.wait_for_subscriber_s:g} s; replaying anyway")
+            spin_until(executor, stop, deadline_s=time.monotonic() + s.start_delay_s)
+            start_ns = time.perf_counter_ns()
+            sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
+                             loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
+            pacer = Pacer(sends, node.send)
+            pacer.start()
+            spin_until(executor, stop, done=pacer.done.is_set)
             pacer.stop()
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            node.get_logger().info(f"replay {'stopped' if stop.is_set() else 'done'}: "
+                                   f"{pacer.report.summary()}")
+            # Let the last commands be delivered (reliable QoS) and answered before leaving.
+            spin_until(executor, stop, deadline_s=time.monotonic() + s.tail_s)
+            if s.stay_alive:
+                spin_until(executor, stop)
+            executor.remove_node(node)
+            failed = pacer.report.failed or pacer.report.sent < len(sends)
+            return EXIT_FAILED if failed and not stop.is_set() else EXIT_OK
+        finally:
+            if pacer is not None:
+                pacer.stop()
+            if node is not None:
+                node.destroy_node()
 
 
 if __name__ == "__main__":

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.duration import Duration
@@ -37,7 +34,6 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
 
 from robot_latency.planner.config import PlannerConfig
@@ -46,6 +42,7 @@ from robot_latency.records import CycleRecord
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
+from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.params import (
     PLANNER_NAMES,
     PLANNER_PARAMS,
@@ -233,43 +230,30 @@ class PlannerNode(Node):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the planner node until SIGINT / SIGTERM (or ``max_cycles``); return the exit status."""
-    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] [%(name)s]: %(message)s")
-    # Our own handlers: a signal only asks the spin loop to stop, so the run is closed in order
-    # (rclpy's default handler would shut the context down under the loop thread's feet).
-    rclpy.init(args=sys.argv if argv is None else argv,
-               signal_handler_options=SignalHandlerOptions.NO)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    node: PlannerNode | None = None
-    status = EXIT_OK
-    try:
-        node = PlannerNode()
-        if node.startup_error is not None:
-            return node.startup_status
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        node.start()
-        assert node.driver is not None
-        while not stop.is_set() and not node.driver.finished.is_set():
-            executor.spin_once(timeout_sec=0.1)
-        if node.driver.error is not None:
-            status = EXIT_RUN_FAILED
-        node.close()
-        executor.remove_node(node)
-    finally:
-        if node is not None:
-            if node.driver is not None and not node.driver.run.closed:
-                node.close()
-            node.destroy_node()
-        rclpy.try_shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return status
+    # A signal only asks the spin loop to stop, so the run is closed in order (rclpy's default
+    # handler would shut the context down under the loop thread's feet).
+    with ros_main(argv, log) as stop:
+        node: PlannerNode | None = None
+        status = EXIT_OK
+        try:
+            node = PlannerNode()
+            if node.startup_error is not None:
+                return node.startup_status
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            node.start()
+            assert node.driver is not None
+            spin_until(executor, stop, done=node.driver.finished.is_set, period_s=0.1)
+            if node.driver.error is not None:
+                status = EXIT_RUN_FAILED
+            node.close()
+            executor.remove_node(node)
+        finally:
+            if node is not None:
+                if node.driver is not None and not node.driver.run.closed:
+                    node.close()
+                node.destroy_node()
+        return status
 
 
 if __name__ == "__main__":

@@ -259,10 +259,13 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
     texts = ["go to the kitchen", "stop", "go to the door"]
     bag = write_bag(tmp_path / "bag", [Command(i * 300_000_000, t, f"s:{i}")
                                        for i, t in enumerate(texts)])
-    assert planner.driver is not None
-    before = planner.driver.loop.mailbox.counters()["received"]
+    driver = planner.driver
+    assert driver is not None
+    mailbox = driver.loop.mailbox
+    before = mailbox.counters()
+    # The driver numbers commands as they arrive: these are the ids the replayed ones get.
+    replayed = [f"{driver.id_prefix}{before['received'] + i}" for i in range(len(texts))]
     n_commands = len(probe.snapshot("commands"))
-    seen = _command_ids(probe)
     done = subprocess.run(
         [str(BIN / "bag_replayer"), "--ros-args", "-p", f"bag:={bag}",
          "-p", "start_delay_s:=0.2", "-p", "tail_s:=0.3"],
@@ -271,12 +274,26 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
     assert "3 commands sent, 0 failed" in done.stderr + done.stdout
     wait_for(lambda: len(probe.snapshot("commands")) >= n_commands + 3, 5, "the commands")
     assert probe.snapshot("commands")[n_commands:] == texts  # in order, as recorded
-    wait_for(lambda: planner.driver.loop.mailbox.counters()["received"] >= before + 3, 5,
+    wait_for(lambda: mailbox.counters()["received"] >= before["received"] + 3, 5,
              "the planner to receive them")
+
+    # Newest wins: a command still waiting for its cycle when a newer one arrives is superseded
+    # (counted by the mailbox, never planned). Sent 300 ms apart, two of them can still reach
+    # the mailbox within one 100 ms period on a loaded machine (the executor or the loop thread
+    # stalled, a DDS resend), so what the planner promises is: each replayed command is planned
+    # or superseded, and the last one is planned.
+    def accounted() -> set[str] | None:
+        answered = set(replayed) & _command_ids(probe)
+        superseded = mailbox.counters()["superseded"] - before["superseded"]
+        if replayed[-1] in answered and len(replayed) - len(answered) <= superseded:
+            return answered
+        return None
+
     # Generous: on a loaded 2-core machine the in-process planner shares the GIL with pytest.
-    answered = wait_for(lambda: len(_command_ids(probe) - seen) >= 3 and
-                        _command_ids(probe) - seen, 30, "plans for the replayed commands")
-    assert len(answered) >= 3
+    answered = wait_for(accounted, 30, "plans for the replayed commands (or their supersession)")
+    superseded = mailbox.counters()["superseded"] - before["superseded"]
+    assert replayed[-1] in answered
+    assert len(answered) + superseded >= len(replayed), (answered, mailbox.counters(), before)
 
 
 # --- subprocesses: start-up errors and signals -----------------------------------------------

@@ -152,11 +152,20 @@ class PlannerNode(Node):
             self.get_logger().warning(f"could not publish the ERROR diagnostic: {err!r}")
 
     # --- running ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the planner loop thread."""
+    def start(self) -> bool:
+        """Start the planner loop thread; False (ERROR on /diagnostics) when it cannot run.
+
+        The loop's CPU budget is applied in its thread: a real-time priority this user may not
+        use is refused here, before any cycle runs.
+        """
         if self.driver is None:
             raise RuntimeError(f"planner_node did not start: {self.startup_error}")
-        self.driver.start()
+        try:
+            self.driver.start()
+        except RunError as err:
+            self._fail(f"planner loop could not start: {err}", EXIT_RUN_FAILED)
+            return False
+        return True
 
     def _on_command(self, msg: String) -> None:
         # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
@@ -241,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 return node.startup_status
             executor = SingleThreadedExecutor()
             executor.add_node(node)
-            node.start()
+            if not node.start():
+                return node.startup_status
             assert node.driver is not None
             spin_until(executor, stop, done=node.driver.finished.is_set, period_s=0.1)
             if node.driver.error is not None:

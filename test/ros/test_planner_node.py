@@ -327,6 +327,43 @@ def test_bad_model_file_is_an_error_at_start_up_naming_it(tmp_path: Path) -> Non
     assert not (tmp_path / "run" / "cycles.jsonl").exists()
 
 
+def test_a_core_the_machine_lacks_is_an_error_at_start_up_naming_it(tmp_path: Path) -> None:
+    missing = max(os.sched_getaffinity(0)) + 1
+    done = subprocess.run([str(BIN / "planner_node"), "--ros-args", *SIM,
+                           "-p", f"engine_cpus:={missing}", "-p", f"log_dir:={tmp_path / 'run'}"],
+                          env=ros_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"engine_cpus=[{missing}]" in done.stderr and "not available" in done.stderr
+    assert not (tmp_path / "run" / "cycles.jsonl").exists()
+
+
+def _fifo_permitted() -> bool:
+    probe = subprocess.run([sys.executable, "-c",
+                            "import os; os.sched_setscheduler(0, os.SCHED_FIFO, "
+                            "os.sched_param(10))"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def test_loop_priority_runs_the_loop_real_time_or_refuses_with_the_fix(tmp_path: Path) -> None:
+    """SCHED_FIFO for the loop's thread where this user may have it, else a clear refusal."""
+    log_dir = tmp_path / "run"
+    cpu = min(os.sched_getaffinity(0))
+    done = subprocess.run([str(BIN / "planner_node"), "--ros-args", *SIM,
+                           "-p", "loop_priority:=10", "-p", f"loop_cpus:={cpu}",
+                           "-p", "period_ms:=50.0", "-p", "deadline_ms:=40.0",
+                           "-p", "max_cycles:=5", "-p", f"log_dir:={log_dir}"],
+                          env=ros_env(), capture_output=True, text=True, timeout=60)
+    if _fifo_permitted():
+        assert done.returncode == 0, done.stderr
+        budget = json.loads((log_dir / "manifest.json").read_text())["cpu_budget"]
+        assert budget["loop_policy"] == "SCHED_FIFO" and budget["loop_priority_in_effect"] == 10
+        assert budget["loop_cpus_in_effect"] == [cpu]
+        assert len(read_records(log_dir / "cycles.jsonl")) == 5
+    else:
+        assert done.returncode == 1, done.stderr
+        assert "loop_priority=10" in done.stderr and "rtprio" in done.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_path: Path) -> None:
     log_dir = tmp_path / "run"

@@ -292,6 +292,23 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def _draft_options(args: argparse.Namespace, engine: str) -> dict[str, Any]:
+    """--draft / --draft-k as engine options; refused for an engine that takes no draft."""
+    if not getattr(args, "draft", None):
+        if getattr(args, "draft_k", None):
+            raise UsageError("--draft-k needs --draft")
+        return {}
+    if engine != "llamacpp":
+        # A run labelled "with draft" that ran without one would mislead; refuse.
+        raise UsageError(f"--draft: only the llamacpp engine takes a draft model, not {engine!r}")
+    if not Path(args.draft).is_file():
+        raise UsageError(f"--draft {args.draft}: no such file")
+    opts: dict[str, Any] = {"draft": "model", "draft_model_path": str(Path(args.draft).resolve())}
+    if args.draft_k:
+        opts["draft_k"] = args.draft_k
+    return opts
+
+
 @dataclass(frozen=True)
 class RunPoint:
     """One configuration of a run or a sweep: the axes a sweep can vary."""
@@ -314,7 +331,7 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
                             mode=args.mode, max_tokens=args.max_tokens,
                             fallback=tuple(f.strip() for f in args.fallback.split(",")),
                             publish_margin_ms=args.publish_margin_ms)
-    options = _engine_options(args)
+    options = {**_engine_options(args), **_draft_options(args, point.engine)}
     if point.engine == "sim":
         # The simulated engine predicts the target device: it runs "on" it.
         options = {"device": point.device, "model": point.model or "qwen2.5-0.5b",
@@ -332,6 +349,8 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
     label = point.label or " ".join(str(x) for x in (
         point.engine, Path(str(model)).name if model else None, quant or point.quant,
         point.device, f"{point.deadline_ms:g}ms") if x)
+    if options.get("draft") == "model" and not point.label:
+        label += f" +draft {Path(options['draft_model_path']).name}"
     cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
                     engine_nice=args.engine_nice, loop_priority=args.loop_priority)
     return RunConfig(planner=planner, log_dir=out, engine=point.engine, cpu=cpu,
@@ -660,6 +679,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
+    p.add_argument("--draft", default=None,
+                   help="draft GGUF for speculative decoding (llamacpp engine)")
+    p.add_argument("--draft-k", type=_positive_int, default=None,
+                   help="tokens drafted per round (default: the engine's)")
     p.add_argument("--runner", default="process", choices=("process", "inline"))
     p.add_argument("--loop-cpus", type=_cpu_list, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")

@@ -27,6 +27,13 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``agreement``               fraction of commands whose model plan equals the reference's
 ``agreement_n``             commands compared (both runs have a model plan for them)
 ``floor_efficiency``        ``floor_itl_host_ms / itl_p50_ms`` (1.0 = at the bandwidth floor)
+``tpot_p50_ms``             median time per output token after the first
+``tpot_speedup``            the reference's ``tpot_p50_ms`` over this run's (2.0: decodes twice
+                            as fast); with the same target without a draft as the reference, the
+                            measured speculative speed-up
+``spec_alpha``, ``spec_cost_ratio``, ``spec_predicted_speedup``
+                            speculative decoding: acceptance rate, draft cost ratio c, and the
+                            formula's speed-up from them (v = 0); None without a draft
 ``replay_mode``, ``replay_speed``   ``"recorded"`` or ``"asap"`` (as fast as possible), factor
 ==========================  =====================================================================
 
@@ -58,7 +65,7 @@ from robot_latency.report.rundir import (
     target_device_id,
     target_itl_floor_ms,
 )
-from robot_latency.report.summary import distribution, wilson_interval
+from robot_latency.report.summary import distribution, speculative_summary, wilson_interval
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +109,11 @@ class ComparisonRow:
     agreement: float | None
     agreement_n: int
     floor_efficiency: float | None
+    tpot_p50_ms: float | None
+    tpot_speedup: float | None
+    spec_alpha: float | None
+    spec_cost_ratio: float | None
+    spec_predicted_speedup: float | None
     replay_mode: str | None
     replay_speed: float | None
 
@@ -172,10 +184,14 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
     mm = sum(1 for r in recs if is_model_miss(r))
     fb = sum(1 for r in recs if r.plan_source == "fallback")
     dci, mci = wilson_interval(dm, n), wilson_interval(mm, n)
+    tpot = _tpot_p50_ms(recs)
     if reference is None or reference is run:
         agreement, agreement_n = None, 0
+        ref_tpot = tpot if reference is run else None
     else:
         agreement, agreement_n = plan_agreement(recs, reference.records)
+        ref_tpot = _tpot_p50_ms(reference.records)
+    spec = speculative_summary(recs) or {}
     floor_host = host_itl_floor_ms(run)
     model_bytes = _int(model_field(run, "weight_bytes_total"))
     return ComparisonRow(
@@ -208,9 +224,18 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
         agreement_n=agreement_n,
         floor_efficiency=(floor_host / itl.p50 if floor_host is not None and itl.p50
                           else None),
+        tpot_p50_ms=tpot,
+        tpot_speedup=ref_tpot / tpot if ref_tpot is not None and tpot else None,
+        spec_alpha=spec.get("alpha"),
+        spec_cost_ratio=spec.get("cost_ratio"),
+        spec_predicted_speedup=spec.get("predicted_speedup"),
         replay_mode=replay_mode(run),
         replay_speed=replay_speed(run),
     )
+
+
+def _tpot_p50_ms(records: Sequence[CycleRecord]) -> float | None:
+    return distribution(t / 1e6 for r in records if (t := r.tpot_ns) is not None).p50
 
 
 def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
@@ -266,7 +291,7 @@ def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
 MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
                    "TTFT p50/p99 ms", "ITL p50/p99 ms", "deadline miss [95% CI]",
                    "model miss [95% CI]", "fallback", "agreement", "floor eff.",
-                   "cycles", "ITL n")
+                   "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n")
 
 
 def markdown_cells(row: ComparisonRow) -> list[str]:
@@ -294,6 +319,10 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
         _rate(row.fallback_rate, None, None),
         agreement,
         _fmt(row.floor_efficiency),
+        f"{_fmt(row.tpot_p50_ms)} ({_fmt(row.tpot_speedup)}x)" if row.tpot_speedup is not None
+        else _fmt(row.tpot_p50_ms),
+        f"{_fmt(row.spec_alpha)} ({_fmt(row.spec_predicted_speedup)}x)"
+        if row.spec_alpha is not None else "-",
         str(row.cycles),
         str(row.itl_n),
     ]

@@ -7,6 +7,7 @@
      "ttft_ms": {"p50":..., "p90":..., "p99":..., "max":..., "mean":..., "n": ...},
      "itl_ms": {...}, "tpot_ms": {...}, "e2e_ms": {...}, "overshoot_ms": {...}, ...,
      "host_steal_ms": {"total": ..., "cycles_with_steal": ..., "n": ...} or null,
+     "speculative": {"alpha": ..., "cost_ratio": ..., "predicted_speedup": ..., ...} or null,
      "warnings": [...]}
 
 A statistic with no samples is ``None``, never 0.
@@ -93,6 +94,35 @@ def _metric_values(records: Sequence[CycleRecord], metric: str) -> list[float]:
     return [v / 1e6 for v in values if v is not None]
 
 
+def speculative_summary(records: Sequence[CycleRecord]) -> dict[str, Any] | None:
+    """Speculative decoding over a run: rounds, alpha, c and the formula's speedup (v = 0).
+
+    ``alpha`` = accepted / drafted; ``cost_ratio`` (c) = draft time per drafted token over
+    verify time per round; ``tokens_per_round`` = (accepted + one target token) per round.
+    None when no cycle drafted. The measured speed-up needs the same target without a draft:
+    ``robot-latency report`` puts it next to the reference run (``tpot_speedup``).
+    """
+    from robot_latency.floor.predict import specdec_speedup
+
+    stats = [r.draft for r in records if r.draft and r.draft.get("rounds")]
+    if not stats:
+        return None
+    total = {key: sum(int(d.get(key) or 0) for d in stats)
+             for key in ("rounds", "drafted", "accepted", "draft_ns", "verify_ns")}
+    k = max(int(d.get("k") or 0) for d in stats)
+    alpha = total["accepted"] / total["drafted"] if total["drafted"] else None
+    c = None
+    if total["drafted"] and total["verify_ns"]:
+        c = (total["draft_ns"] / total["drafted"]) / (total["verify_ns"] / total["rounds"])
+    predicted = (specdec_speedup(min(alpha, 1.0), k, c)
+                 if alpha is not None and c is not None and k else None)
+    return {"cycles": len(stats), "k": k, **{key: total[key] for key in
+                                            ("rounds", "drafted", "accepted")},
+            "alpha": alpha, "cost_ratio": c,
+            "tokens_per_round": (total["accepted"] + total["rounds"]) / total["rounds"],
+            "predicted_speedup": predicted}
+
+
 def _steal_ms(records: Sequence[CycleRecord]) -> dict[str, Any] | None:
     """CPU time a hypervisor took during the run, and in how many cycles (None: not known)."""
     steal = [r.host_steal_ns for r in records if r.host_steal_ns is not None]
@@ -118,6 +148,7 @@ def summarize(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "fallbacks": dict(sorted(fallbacks.items())),
         "plan_sources": dict(sorted(Counter(r.plan_source for r in records).items())),
         "host_steal_ms": _steal_ms(records),
+        "speculative": speculative_summary(records),
     }
     warnings: list[str] = []
     for metric in METRICS:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.session import PlannerRun, RunConfig
@@ -47,6 +48,7 @@ def _run(args: argparse.Namespace, config: RunConfig, *, per_cycle: Any = None) 
     rss: list[int] = []
     procs: list[psutil.Process] = []
     with PlannerRun(config, publish=lambda env: None) as run:
+        loop_thread = run.enter_loop_thread()  # the CPU budget and frozen heap, as the node
         procs = [psutil.Process()]
         loop = run.loop
         original = loop.sink
@@ -74,7 +76,8 @@ def _run(args: argparse.Namespace, config: RunConfig, *, per_cycle: Any = None) 
         summary = run.close()
     records = read_records(config.log_dir / "cycles.jsonl")
     warm = min(len(rss) - 1, args.warmup)
-    return {"summary": summary, "records": records, "rss": rss, "warm": warm, "wall_s": wall_s}
+    return {"summary": summary, "records": records, "rss": rss, "warm": warm, "wall_s": wall_s,
+            "loop_thread": loop_thread}
 
 
 def _common(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -100,6 +103,8 @@ def _common(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "rss_max_mb": max(rss) / 1e6 if rss else None,
         "engine_restarts": summary["engine_restarts"],
         "mailbox": summary["mailbox"],
+        "host_steal_ms": summary.get("host_steal_ms"),
+        "loop_thread": out["loop_thread"],
         "wall_s": out["wall_s"],
     }
 
@@ -116,16 +121,21 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=50, help="cycles per run_periodic call")
     ap.add_argument("--flood-x", type=int, default=100, help="flood: commands per cycle")
     ap.add_argument("--kill-at", type=int, default=50, help="recovery: cycle to kill at")
+    ap.add_argument("--loop-cpus", type=parse_cpu_list, default=(),
+                    help="CPUs of the loop's thread (the engine gets the others), e.g. 0")
+    ap.add_argument("--loop-priority", type=int, default=0,
+                    help="SCHED_FIFO priority of the loop's thread (0: normal scheduler)")
     ap.add_argument("--log-dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"soak-{args.what}-")) / "run"
     planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    cpu = CpuBudget(loop_cpus=args.loop_cpus, loop_priority=args.loop_priority)
     if args.what == "flood":
         config = RunConfig(planner=planner, log_dir=log_dir, engine="sim",
                            engine_options={"device": "orin-nano-4gb", "efficiency": 0.05},
                            model="qwen2.5-0.5b", quant="Q4_K_M", host_device="orin-nano-4gb",
-                           target_device="orin-nano-4gb")
+                           target_device="orin-nano-4gb", cpu=cpu)
 
         def flood(run: PlannerRun, rec: Any) -> None:
             for i in range(args.flood_x):
@@ -137,7 +147,7 @@ def main() -> int:
         options = {"n_threads": args.n_threads, "model_path": args.model}
         config = RunConfig(planner=planner, log_dir=log_dir, engine="llamacpp",
                            engine_options=options, model=args.model or None,
-                           host_device="host", target_device="orin-nano-8gb")
+                           host_device="host", target_device="orin-nano-8gb", cpu=cpu)
         killed: dict[str, int] = {}
 
         def kill(run: PlannerRun, rec: Any) -> None:

@@ -143,6 +143,20 @@ def stop_reason_now(request: GenerationRequest, abort: AbortSignal | None,
     return None
 
 
+def stop_after_token(request: GenerationRequest, text_bytes: bytes, produced: int,
+                     abort: AbortSignal | None, now_ns: int) -> StopReason | None:
+    """Return why a generation stops after its ``produced``-th token, or None to go on.
+
+    A stop string in the text so far (DONE), the token budget (MAX_TOKENS), then
+    :func:`stop_reason_now` (abort asked, deadline passed).
+    """
+    if request.stop and any(s.encode() in text_bytes for s in request.stop):
+        return StopReason.DONE
+    if produced >= request.max_tokens:
+        return StopReason.MAX_TOKENS
+    return stop_reason_now(request, abort, now_ns)
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A batch-1 text generator with per-token timing."""

@@ -32,6 +32,7 @@ from robot_latency.engines.base import (
     GenerationTrace,
     StopReason,
     register_engine,
+    stop_after_token,
     stop_reason_now,
 )
 
@@ -317,12 +318,7 @@ class LlamaCppEngine:
                 stop_reason = StopReason.DONE
                 break
             text_bytes += llm.detokenize([token], special=False)
-            if request.stop and any(s.encode() in text_bytes for s in request.stop):
-                stop_reason = StopReason.DONE
-                break
-            if i + 1 == request.max_tokens:
-                break
-            stop = self._stop_now(request, abort)
+            stop = stop_after_token(request, text_bytes, i + 1, abort, clock())
             if stop is not None:
                 stop_reason = stop
                 break

@@ -12,7 +12,6 @@ sample counts) and can write it with --out. Figures go to docs/BENCHMARKS.md wit
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchio import emit_result
 
 from robot_latency.engines import GenerationRequest, StopReason, create_engine
 from robot_latency.models.plan import actions_gbnf
@@ -237,12 +237,8 @@ def main() -> int:
     args = ap.parse_args()
     fn = {"overhead": bench_overhead, "abort": bench_abort, "prefix": bench_prefix,
           "specdec": bench_specdec}[args.what]
-    result = {"command": "python " + " ".join(sys.argv), **fn(args)}
-    text = json.dumps(result, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    result = fn(args)
+    return emit_result(result, args.out)
 
 
 if __name__ == "__main__":

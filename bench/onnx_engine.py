@@ -15,7 +15,6 @@ are noise: use it for timing only). The ONNX files are exported next to the GGUF
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchio import emit_result
 
 import robot_latency.engines.onnx  # noqa: F401  (registers "onnx")
 from robot_latency.engines import create_engine
@@ -127,12 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    result = run(args)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+    return emit_result(run(args), Path(args.out) if args.out else None)
 
 
 if __name__ == "__main__":

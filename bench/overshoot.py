@@ -25,7 +25,6 @@ and load, but the loop's thread only sleeps to each give-up time and notes how l
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from benchio import emit_result
 
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import PlannerConfig
@@ -196,13 +196,9 @@ def main() -> int:
     finally:
         for p in loads:
             p.kill()
-    result.update(command=" ".join(sys.argv), load_procs=args.load_procs,
+    result.update(load_procs=args.load_procs,
                   budget=budget.to_dict(), busy_engine=not args.no_busy)
-    text = json.dumps(result, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from benchio import emit_result
 
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import PlannerConfig
@@ -84,7 +84,6 @@ def _common(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     summary, records, rss, warm = out["summary"], out["records"], out["rss"], out["warm"]
     ids = [r.cycle for r in records]
     return {
-        "command": "python " + " ".join(sys.argv),
         "cycles_asked": args.cycles,
         "records": len(records),
         "lost_or_duplicated": len(ids) - len(set(ids)) + (max(ids) + 1 - len(set(ids))
@@ -170,11 +169,7 @@ def main() -> int:
                             if first_model else None),
         }
     result["log_dir"] = str(log_dir)
-    text = json.dumps(result, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit_result(result, args.out)
 
 
 if __name__ == "__main__":

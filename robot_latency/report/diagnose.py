@@ -282,11 +282,11 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
         return "skipped"
     if rec.engine_error or rec.fallback_reason in ("engine_error", "engine_unavailable"):
         return "engine_fault"
-    if rec.host_steal_ns:
-        late = (rec.published_ns - rec.deadline_ns) if rec.published_ns is not None else None
-        if (late is not None and late > 0 and rec.host_steal_ns >= late) or (
-                late is not None and late <= 0 and budget > 0
-                and rec.host_steal_ns > STEAL_SHARE * budget):
+    if rec.host_steal_ns and rec.published_ns is not None:
+        late = rec.published_ns - rec.deadline_ns
+        explained = (rec.host_steal_ns >= late if late > 0
+                     else rec.host_steal_ns > STEAL_SHARE * budget)
+        if explained:
             return "host_steal"
     if (rec.token_ns and rec.published_ns is not None and rec.token_ns[-1] <= rec.deadline_ns
             < rec.published_ns):

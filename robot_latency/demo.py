@@ -22,10 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from robot_latency.errors import RobotLatencyError
+
 log = logging.getLogger(__name__)
 
 
-class DemoError(RuntimeError):
+class DemoError(RobotLatencyError, RuntimeError):
     """A demo step failed; the message says which and where its log is."""
 
 

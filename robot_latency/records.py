@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from robot_latency.errors import RobotLatencyError
+
 log = logging.getLogger(__name__)
 
 #: Version of the JSONL record layout; bump when a field changes meaning.
@@ -45,7 +47,7 @@ FALLBACK_REASONS = (
 )
 
 
-class RecordError(ValueError):
+class RecordError(RobotLatencyError, ValueError):
     """A record or a record file that cannot be read; the message names the file and line."""
 
 

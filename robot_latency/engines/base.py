@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from robot_latency.errors import RobotLatencyError
 
-class EngineError(Exception):
+
+class EngineError(RobotLatencyError):
     """An engine that cannot be created or loaded (bad model file, unknown option)."""
 
 

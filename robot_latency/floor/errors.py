@@ -1,7 +1,9 @@
 """Errors raised by the floor model and its profile readers."""
 
+from robot_latency.errors import RobotLatencyError
 
-class FloorError(Exception):
+
+class FloorError(RobotLatencyError):
     """Base class for errors in the floor model."""
 
 

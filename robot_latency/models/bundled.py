@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
+
 __all__ = [
     "DATA_DIR",
     "MODELS_DIR",
@@ -27,7 +29,7 @@ MODELS_DIR = DATA_DIR / "models"
 _FILES = {"planner": "planner.gguf", "planner-draft": "planner-draft.gguf"}
 
 
-class BundledModelError(FileNotFoundError):
+class BundledModelError(RobotLatencyError, FileNotFoundError):
     """A shipped model file or the manifest is missing or unreadable."""
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.models.tokenizer import Vocab, build_vocab, write_tokenizer_metadata
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ __all__ = ["ExportError", "GGUFShape", "export_gguf", "gguf_tensor_names", "read
 logger = logging.getLogger(__name__)
 
 
-class ExportError(ValueError):
+class ExportError(RobotLatencyError, ValueError):
     """A model cannot be written as GGUF (missing or mis-shaped tensors, unknown type)."""
 
 

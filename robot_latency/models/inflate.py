@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
 from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
 
@@ -84,7 +85,7 @@ UNUSED_TOKEN_TYPE = 5  # gguf.TokenType.UNUSED / LLAMA_TOKEN_TYPE_UNUSED
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's LLM_TENSOR_ROPE_FREQS: per-pair RoPE divisors
 
 
-class InflateError(ValueError):
+class InflateError(RobotLatencyError, ValueError):
     """A model cannot be inflated into the requested shape."""
 
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
+
 __all__ = [
     "INFLATED_PREFIX",
     "LADDER",
@@ -61,7 +63,7 @@ _MANIFEST_VERSION = 1
 _LEVEL_SUFFIX = re.compile(r"\.(" + "|".join(re.escape(q) for q in VALID_QUANTS) + r")$", re.I)
 
 
-class LadderError(RuntimeError):
+class LadderError(RobotLatencyError, RuntimeError):
     """A ladder level cannot be built, found or evaluated."""
 
 

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
+
 __all__ = [
     "ACTIONS",
     "ACTION_TOKENS",
@@ -113,7 +115,7 @@ ACTION_TOKENS: tuple[str, ...] = (
 _TOKEN_RE = re.compile(r"<[^<>\s]+>")
 
 
-class PlanParseError(ValueError):
+class PlanParseError(RobotLatencyError, ValueError):
     """An action-token sequence or a JSON plan that does not follow the plan language."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
 from robot_latency.models.inflate import pad_vocab
 from robot_latency.models.ladder import normalize_quant, quantize_gguf
@@ -35,7 +36,7 @@ SYNTH_DESCRIPTION = "random weights: outputs are noise, timing only"
 _POOL_SIZE = (1 << 22) + 7  # random F16 values shared by every tensor (odd size: shifted slices)
 
 
-class SynthError(ValueError):
+class SynthError(RobotLatencyError, ValueError):
     """A synthetic model cannot be made for this preset or type."""
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.models.corpus import grammar_words, normalize_command
 from robot_latency.models.plan import ACTION_TOKENS, END_TOKEN, PLAN_TOKEN
 
@@ -60,7 +61,7 @@ SPACE = "\u2581"  # SentencePiece's word-boundary marker "▁"
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 1, 2, 3, 4, 6
 
 
-class TokenizerError(RuntimeError):
+class TokenizerError(RobotLatencyError, RuntimeError):
     """The tokenizer cannot be built or loaded, or tokenizes differently from its design."""
 
 

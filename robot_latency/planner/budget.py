@@ -31,12 +31,13 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.planner.config import ConfigError
 
 log = logging.getLogger(__name__)
 
 
-class BudgetError(RuntimeError):
+class BudgetError(RobotLatencyError, RuntimeError):
     """The budget cannot be applied here (a core that does not exist, no real-time rights)."""
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.planner.fallback import FALLBACK_NAMES
 
 MODES = ("periodic", "event")
 
 
-class ConfigError(ValueError):
+class ConfigError(RobotLatencyError, ValueError):
     """A configuration value out of range; the message names the field and the value."""
 
 

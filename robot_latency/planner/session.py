@@ -29,6 +29,7 @@ import psutil
 from robot_latency import __version__
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import EngineError, create_engine
+from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import HardwareProfile, get_device
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 RUNNERS = ("process", "inline")
 
 
-class RunError(Exception):
+class RunError(RobotLatencyError):
     """A run that cannot start (bad log directory, model, engine); the message names it."""
 
 

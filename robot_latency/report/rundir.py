@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.records import CycleRecord, RecordError, read_records
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 REQUIRED_FILES = ("cycles.jsonl", "manifest.json")
 
 
-class ReportError(ValueError):
+class ReportError(RobotLatencyError, ValueError):
     """Something a report cannot be built from; the message names the file or the choice."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.records import CycleRecord
 from robot_latency.report.summary import distribution, wilson_interval
 
@@ -25,7 +26,7 @@ LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR", STALE: "STALE"}
 ENGINE_FAULTS = ("engine_error", "engine_unavailable")
 
 
-class DiagnosticsError(ValueError):
+class DiagnosticsError(RobotLatencyError, ValueError):
     """A threshold out of range; the message names the parameter."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robot_latency.errors import RobotLatencyError
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import MODES, ConfigError, PlannerConfig
 from robot_latency.planner.fallback import FALLBACK_NAMES
@@ -39,7 +40,7 @@ SIM_DEFAULT_MODEL = "qwen2.5-0.5b"
 SIM_DEFAULT_QUANT = "Q4_K_M"
 
 
-class ParamError(ValueError):
+class ParamError(RobotLatencyError, ValueError):
     """A parameter value that cannot be used; the message starts with the parameter's name.
 
     Attributes:

@@ -16,6 +16,7 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.5",
     "tqdm>=4.60",
     "onnx>=1.15",
+    "jsonschema>=4.0",
 ]
 
 EXTRAS = {

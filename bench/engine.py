@@ -23,8 +23,8 @@ import numpy as np
 from benchio import emit_result
 
 from robot_latency.engines import GenerationRequest, StopReason, create_engine
-from robot_latency.models.plan import actions_gbnf
 from robot_latency.models.tokenizer import format_prompt
+from robot_latency.plan.actions import actions_gbnf
 
 CMD = "pick up the red cup and put it on the tray"
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from robot_latency.models.corpus import CorpusConfig, generate_corpus
+from robot_latency.plan.rules import rule_plan
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
-from robot_latency.planner.rules import rule_plan
 
 
 def main() -> int:

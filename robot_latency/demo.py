@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,3 +134,99 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
         {"stream": str(stream), "speed": speed, "runs": [str(p) for p in run_dirs],
          "report": str(report)}, indent=2) + "\n")
     return run_dirs, report
+
+
+@dataclass(frozen=True)
+class MainJob:
+    """The main job's options (``robot-latency demo``; ``make demo`` takes the defaults).
+
+    400 ms sits between the levels' typical plan times on a 2-core machine: the job shows how
+    the miss rate moves with the quant level, not a row of zeros or of ones.
+    """
+
+    out_dir: Path = Path("runs/demo")
+    quants: tuple[str, ...] = ("Q8_0", "Q4_K_M", "Q4_0")
+    inflate: str = "qwen2.5-0.5b"
+    stream: Path | None = None
+    speed: float = 3.0
+    mode: str = "event"
+    deadline_ms: float = 400.0
+    period_ms: float = 500.0
+    device: str = "orin-nano-8gb"
+    n_threads: int = 0
+    context_tokens: int = 32
+    profile: str = ""
+
+
+def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
+    """Run the main job: build the levels, print their floors, replay the stream per level.
+
+    Args:
+        job: the options.
+        say: prints one line of the job's output (the CLI's stdout).
+
+    Returns:
+        The report's path.
+
+    Raises:
+        DemoError: a step failed (the message names it); LadderError: a level cannot be built.
+    """
+    from robot_latency.floor.hardware import DEVICES, load_or_probe_host
+    from robot_latency.floor.modelinfo import resolve_model
+    from robot_latency.floor.predict import predict_floor
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.ladder import (
+        INFLATED_PREFIX,
+        build_ladder,
+        default_cache_dir,
+        ensure_inflated,
+    )
+    from robot_latency.planner.budget import available_cpus
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.table import markdown_table
+    from robot_latency.streams import SHIPPED_DIR
+
+    t_start = time.perf_counter()
+    out = Path(job.out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise DemoError(f"{out} exists and is not empty; remove it or pass --out")
+    if not job.quants:
+        raise DemoError("quants: give at least one level")
+    cache = default_cache_dir()
+    say(f"[1/3] models: the shipped planner inflated into the {job.inflate} shape, "
+        f"levels {', '.join(job.quants)} (cache {cache})")
+    src = ensure_inflated(bundled_model_path("planner"), job.inflate, cache)
+    man = build_ladder(src, cache, quants=job.quants, name=INFLATED_PREFIX + job.inflate)
+    built = ", ".join(man.built) or "nothing (all current)"
+    say(f"{man.name}: built {built} in {time.perf_counter() - t_start:.1f} s")
+    say(markdown_table(["quant", "MB", "bits/weight", "file"],
+                       [[q, f"{lv.bytes / 1e6:.1f}", f"{lv.effective_bpw:.2f}", str(lv.file)]
+                        for q, lv in man.levels.items()]))
+    stream = Path(job.stream) if job.stream else SHIPPED_DIR / "steady_operator"
+    say(f"\n[2/3] bandwidth floor of these files on this host and the Orin modules "
+        f"(ms per token at {job.context_tokens} tokens of context):")
+    host = load_or_probe_host()
+    devices = [host, *(d for d in DEVICES.values() if d.family.startswith("orin"))]
+    models = {q: resolve_model(str(man.path(q))) for q in job.quants}
+    rows = [[d.id, f"{d.bandwidth_gbps:.4g}",
+             *(f"{predict_floor(models[q], d, context_tokens=job.context_tokens).itl_floor_ms:.2f}"
+               for q in job.quants)] for d in devices]
+    say(markdown_table(["device", "GB/s", *job.quants], rows))
+    say(f"\n[3/3] replaying {stream} (x{job.speed:g}) through planner_node and bag_replayer "
+        f"over ROS 2 (Fast DDS), deadline {job.deadline_ms:g} ms, one configuration per level")
+    cpus = sorted(available_cpus())
+    # The documented budget: the loop alone on the first core, the engine on the others.
+    budget = {"loop_cpus": str(cpus[0])} if len(cpus) > 1 else {}
+    configs = [DemoConfig(label=q, params={
+        "engine": "llamacpp", "model": str(man.path(q)), "device_profile": job.device,
+        "mode": job.mode, "deadline_ms": float(job.deadline_ms),
+        "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
+        **({"planner_profile": job.profile} if job.profile else {}),
+        **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
+    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed)
+    say("")
+    say(to_markdown(compare_runs(runs)))
+    say(f"\nreport with plots: {report}")
+    say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
+    return report
+

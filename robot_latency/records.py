@@ -64,6 +64,9 @@ class CycleRecord:
     abort, fallback, publish); only the phases that ran appear. ``host_steal_ns`` is the CPU
     time a hypervisor took from this machine (all CPUs) between the previous record and this
     one, at the kernel's 10 ms tick resolution (None where the OS does not report it).
+    ``prompt`` is the per-cycle part of what the model was given (the normalized command in the
+    profile's template; the fixed prefix is in the manifest's profile), ``raw_output`` what it
+    wrote.
     """
 
     run_id: str
@@ -85,6 +88,7 @@ class CycleRecord:
     stop_reason: str | None = None
     engine_error: str | None = None
     skipped: bool = False
+    prompt: str | None = None
     raw_output: str | None = None
     plan: dict[str, Any] | None = None
     draft: dict[str, Any] | None = None

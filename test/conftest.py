@@ -187,3 +187,23 @@ def random_llama_gguf() -> Callable[..., Path]:
 def tiny_llama_gguf() -> Callable[..., Path]:
     """Return :func:`write_tiny_llama_gguf`: ``tiny_llama_gguf(path, tied=True, ...)``."""
     return write_tiny_llama_gguf
+
+
+#: Typed forms an operator may send, and the plain forms the bundled planner was trained on.
+TYPED_AND_PLAIN = [
+    ("STOP", "stop"),
+    ("Stop!", "stop"),
+    ("  stop  ", "stop"),
+    ("Wait here.", "wait here"),
+    ("Go to the charging dock slowly.", "go to the charging dock slowly"),
+    ("Pick up the RED cup, and place it on the tray!",
+     "pick up the red cup and place it on the tray"),
+    ("Bring me the   blue bottle,   please", "bring me the blue bottle please"),
+]
+
+
+@pytest.fixture(scope="session")
+def typed_and_plain() -> list[tuple[str, str]]:
+    """(typed, plain) command pairs: capitals, punctuation and extra spaces vs training form."""
+    return list(TYPED_AND_PLAIN)
+

@@ -50,7 +50,9 @@ class GenerationRequest:
     """One generation at batch 1.
 
     Args:
-        prompt: the full prompt text (the engine reuses whatever prefix it has cached).
+        prompt: the per-cycle part of the prompt (all of it when ``prefix`` is empty).
+        prefix: the fixed part before it, the same every cycle: an engine tokenizes it on its
+            own (so its tokens never merge with the command's) and keeps its KV cached.
         max_tokens: most tokens to generate.
         deadline_ns: absolute time, on the engine's clock, after which the engine should stop
             (None: no deadline). The planner enforces the deadline itself as well; this lets
@@ -62,12 +64,18 @@ class GenerationRequest:
     """
 
     prompt: str
+    prefix: str = ""
     max_tokens: int = 32
     deadline_ns: int | None = None
     grammar: str | None = None
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     seed: int = 0
+
+    @property
+    def full_prompt(self) -> str:
+        """The whole prompt text: prefix, then the per-cycle part."""
+        return self.prefix + self.prompt
 
 
 @dataclass

@@ -67,6 +67,11 @@ class LlamaCppConfig:
             rejection), between 1 and ``draft_k``.
         draft_n_threads: CPU threads of the draft model.
         seed: sampling seed.
+        warm_prefix: the planner profile's fixed prompt prefix, evaluated once at load so the
+            first cycle prefills only its own part ("" = none).
+        max_suffix_tokens: the longest per-cycle part the run will send (tokens); with
+            ``warm_prefix`` and ``max_new_tokens`` it must fit the context, checked at load.
+        max_new_tokens: the most tokens a cycle generates (for that check).
     """
 
     model_path: str = ""
@@ -86,6 +91,9 @@ class LlamaCppConfig:
     draft_adaptive: bool = False
     draft_n_threads: int = 1
     seed: int = 0
+    warm_prefix: str = ""
+    max_suffix_tokens: int = 0
+    max_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> EngineError:
@@ -173,6 +181,10 @@ class LlamaCppEngine:
         self._armed = False
         self._abort_works = config.abort_callback and config.n_gpu_layers == 0
         self._last_itl_ns = 0
+        self._prefix_text: str | None = None
+        self._prefix_tokens: list[int] = []
+        if config.warm_prefix:
+            self._warm(config.warm_prefix)
         self.drafter: Any = None
         if config.draft == "model":
             from robot_latency.engines.speculative import DraftModelDrafter
@@ -202,6 +214,34 @@ class LlamaCppEngine:
         self._llama_cpp.llama_set_abort_callback(
             self._ctx_ptr, self._abort_cb if on else self._null_cb, None)
         self._armed = on
+
+    # --- the fixed prefix ----------------------------------------------------------------------
+    def _prefix(self, text: str) -> list[int]:
+        """Return the prefix's tokens (BOS first), tokenized once per distinct prefix."""
+        if text != self._prefix_text:
+            self._prefix_tokens = self.llm.tokenize(text.encode("utf-8"), add_bos=True,
+                                                    special=True)
+            self._prefix_text = text
+        return self._prefix_tokens
+
+    def _warm(self, text: str) -> None:
+        """Evaluate the fixed prefix now, after checking that a whole cycle fits the context.
+
+        Raises:
+            EngineError: prefix + longest per-cycle part + max tokens exceed the context.
+        """
+        cfg = self.config
+        tokens = self._prefix(text)
+        need = len(tokens) + cfg.max_suffix_tokens + cfg.max_new_tokens
+        if need > self.n_ctx:
+            raise EngineError(
+                f"llamacpp: the profile's fixed prefix ({len(tokens)} tokens) + the longest "
+                f"allowed command ({cfg.max_suffix_tokens} tokens) + max_tokens "
+                f"({cfg.max_new_tokens}) = {need} exceeds the context of {self.n_ctx} tokens "
+                f"of {self.model_path}")
+        for start in range(0, len(tokens), cfg.chunk_tokens):
+            self.llm.eval(tokens[start: start + cfg.chunk_tokens])
+        log.debug("prefix of %d tokens evaluated at load", len(tokens))
 
     # --- helpers -------------------------------------------------------------------------------
     def _grammar(self, text: str | None) -> Any:
@@ -281,7 +321,11 @@ class LlamaCppEngine:
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
         clock, llm, cfg = self.clock, self.llm, self.config
-        tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
+        if request.prefix:
+            tokens = self._prefix(request.prefix) + llm.tokenize(
+                request.prompt.encode("utf-8"), add_bos=False, special=True)
+        else:
+            tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
         trace.tokenized_ns = clock()
         trace.prompt_tokens = len(tokens)
         if len(tokens) + request.max_tokens > self.n_ctx:
@@ -427,12 +471,15 @@ class LlamaCppEngine:
 
     def info(self) -> dict[str, Any]:
         """Return the configuration, the model file and the backend facts."""
-        return {"engine": self.name, **asdict(self.config), "model_path": str(self.model_path),
+        config = asdict(self.config)
+        config["warm_prefix"] = f"<{len(self.config.warm_prefix)} characters>"
+        return {"engine": self.name, **config, "model_path": str(self.model_path),
                 "model_bytes": os.path.getsize(self.model_path),
                 "architecture": self.profile.architecture, "quant": self.profile.quant,
                 "llama_cpp_python": self._llama_cpp.__version__,
                 "gpu_offload": bool(self._llama_cpp.llama_supports_gpu_offload()),
-                "abort_callback_effective": self._abort_works}
+                "abort_callback_effective": self._abort_works,
+                "warm_prefix_tokens": len(self._prefix_tokens)}
 
     def close(self) -> None:
         """Free the model and context (idempotent)."""

@@ -15,7 +15,7 @@ run to the next (outputs bound to the device, fed back as inputs); only the logi
 the host. Without it every run copies the cache in and out through numpy.
 
 Grammar: ONNX Runtime has no GBNF engine, so the planner's action grammar
-(:func:`robot_latency.models.plan.actions_gbnf`) is applied as a logit mask computed by a small
+(:func:`robot_latency.plan.actions.actions_gbnf`) is applied as a logit mask computed by a small
 state machine over the step shapes. It works on the bytes of each token's piece, as llama.cpp's
 grammar sampler does, so a token that spells part of an action token (a byte token ``<``) is
 allowed exactly when llama.cpp would allow it; ``<end>`` (any end-of-generation token) is allowed
@@ -45,7 +45,7 @@ from robot_latency.engines.base import (
     stop_after_token,
     stop_reason_now,
 )
-from robot_latency.models.plan import (
+from robot_latency.plan.actions import (
     ACTIONS,
     COLORS,
     LOCATION_ACTIONS,
@@ -423,7 +423,7 @@ class OnnxEngine:
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
         clock, cfg = self.clock, self.config
-        tokens = list(self.llm.tokenize(request.prompt.encode("utf-8"), add_bos=True,
+        tokens = list(self.llm.tokenize(request.full_prompt.encode("utf-8"), add_bos=True,
                                         special=True))
         trace.tokenized_ns = clock()
         trace.prompt_tokens = len(tokens)

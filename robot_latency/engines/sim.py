@@ -33,8 +33,8 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import get_device
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
-from robot_latency.models.plan import END_TOKEN, PLAN_TOKEN, steps_to_tokens
-from robot_latency.planner.rules import rule_plan
+from robot_latency.plan.actions import END_TOKEN, PLAN_TOKEN, steps_to_tokens
+from robot_latency.plan.rules import rule_plan
 
 Responder = Callable[[str], list[str]]
 

@@ -17,11 +17,11 @@ by single spaces, no punctuation): feed the engine ``normalize_command(text)``.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from robot_latency.models.plan import COLORS, LOCATIONS, OBJECTS, Step, steps_to_tokens
+from robot_latency.plan.actions import COLORS, LOCATIONS, OBJECTS, Step, steps_to_tokens
+from robot_latency.plan.normalize import normalize_command
 
 __all__ = [
     "Command",
@@ -118,21 +118,6 @@ _ALL_PHRASES: tuple[tuple[str, ...], ...] = (
     FAST_SUFFIX, FAST_PREFIX, POLITE_PREFIX, POLITE_SUFFIX, CONNECTORS, COLORS, OBJECTS,
     ("first",), *LOCATION_PHRASES.values(), *PLACE_PREPS.values(),
 )  # fmt: skip
-
-_NON_WORD = re.compile(r"[^a-z0-9' ]+")
-
-
-def normalize_command(text: str) -> str:
-    """Normalise a command the way the corpus is written: lower case, plain words, single spaces.
-
-    Args:
-        text: raw operator text, e.g. ``"Pick up the RED cup, please!"``.
-
-    Returns:
-        e.g. ``"pick up the red cup please"``.
-    """
-    return " ".join(_NON_WORD.sub(" ", text.lower()).split())
-
 
 def grammar_words() -> list[str]:
     """Return every word the command grammar can produce, sorted.

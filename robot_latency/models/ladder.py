@@ -329,6 +329,24 @@ def load_ladder_manifest(cache_dir: str | Path, name: str) -> LadderManifest | N
         return None
 
 
+#: Source types a ladder can be quantized from without re-quantizing (which loses precision).
+SOURCE_TYPES = ("F32", "F16", "BF16")
+
+
+def _check_source_precision(src: Path, wanted: Sequence[str]) -> None:
+    """Refuse a source already quantized (only the level equal to it could be made honestly)."""
+    from robot_latency.floor.errors import ModelInfoError
+    from robot_latency.floor.modelinfo import profile_from_gguf
+
+    try:
+        ftype = (profile_from_gguf(src).quant or "").upper()
+    except ModelInfoError as err:
+        raise LadderError(f"ladder source {src}: {err}") from err
+    if ftype and ftype not in SOURCE_TYPES and any(q != ftype for q in wanted):
+        raise LadderError(f"ladder source {src} is {ftype}; build the levels from an F32, F16 "
+                          f"or BF16 GGUF (llama.cpp's convert_hf_to_gguf.py --outtype f16)")
+
+
 def _default_name(src: Path) -> str:
     """``planner.gguf`` -> ``planner``; ``x.F16.gguf`` -> ``x``."""
     return _LEVEL_SUFFIX.sub("", src.stem)
@@ -367,6 +385,7 @@ def build_ladder(
     if not src.is_file():
         raise LadderError(f"ladder source {src} is not a file")
     wanted = [normalize_quant(q) for q in quants]
+    _check_source_precision(src, wanted)
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     name = name or _default_name(src)
@@ -512,8 +531,8 @@ def greedy_plans(
         LadderError: a generation failed.
     """
     from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
-    from robot_latency.models.plan import actions_gbnf
     from robot_latency.models.tokenizer import format_prompt
+    from robot_latency.plan.actions import actions_gbnf
 
     grammar = actions_gbnf()
     engine = create_engine(

@@ -111,10 +111,15 @@ class CpuBudget:
 
     def resolved_engine_cpus(self, available: frozenset[int] | None = None
                              ) -> tuple[int, ...] | None:
-        """The engine worker's cores (None: no pinning)."""
+        """The engine worker's cores (None: no pinning).
+
+        The worker is kept off the loop's cores on the normal scheduler. Under SCHED_FIFO
+        (``loop_priority`` > 0) it may use every core: the loop preempts it the moment it wakes,
+        and the engine's prefill gains the loop's idle core (settings' thread defaults).
+        """
         if self.engine_cpus:
             return self.engine_cpus
-        if not self.loop_cpus:
+        if not self.loop_cpus or self.loop_priority > 0:
             return None
         have = available_cpus() if available is None else available
         rest = tuple(sorted(have - set(self.loop_cpus)))

@@ -25,20 +25,20 @@ class PlannerConfig:
             arriving command starts a cycle; the deadline counts from its arrival).
         publish_margin_ms: time kept before the deadline for the fallback and the publish; the
             model's plan must be ready by ``deadline - margin``.
-        max_tokens: most tokens the model may generate per cycle.
+        max_tokens: most tokens the model may generate per cycle; 0: the planner profile's.
         max_command_chars: longer commands are refused (fallback ``bad_command``), never fed to
             the model: the prompt's length bounds the prefill time.
         fallback: the fallback chain, in order (``rule``, ``hold``, ``stop``).
         hold_max_age_ms: ``hold`` repeats the last valid plan only while younger than this.
         mailbox_capacity: commands waiting at most; the oldest is dropped beyond it.
-        grammar: constrain decoding with the plan grammar.
+        grammar: constrain decoding with the output contract's grammar (the profile's).
     """
 
     period_ms: float = 200.0
     deadline_ms: float = 150.0
     mode: str = "periodic"
     publish_margin_ms: float = 2.0
-    max_tokens: int = 24
+    max_tokens: int = 0
     max_command_chars: int = 512
     fallback: tuple[str, ...] = field(default=("rule", "hold", "stop"))
     hold_max_age_ms: float = 1000.0
@@ -59,8 +59,8 @@ class PlannerConfig:
             raise bad("mode", f"must be one of {MODES}")
         if not 0 <= self.publish_margin_ms < self.deadline_ms:
             raise bad("publish_margin_ms", "must be >= 0 and below deadline_ms")
-        if self.max_tokens < 1:
-            raise bad("max_tokens", "must be >= 1")
+        if self.max_tokens < 0:
+            raise bad("max_tokens", "must be >= 1, or 0 for the planner profile's")
         if self.max_command_chars < 1:
             raise bad("max_command_chars", "must be >= 1")
         if not self.fallback or any(p not in FALLBACK_NAMES for p in self.fallback):

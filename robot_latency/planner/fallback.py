@@ -2,17 +2,21 @@
 
 When the model's plan is late, invalid or missing, the chain is asked in order; the first policy
 that gives a plan answers. ``stop`` always answers, so a chain ending in it never comes back empty.
+Plans are JSON objects in the planner profile's output form: the profile supplies the ``rule``
+planner (the bundled keyword planner, its own keyword map, or none: then ``rule`` is left out) and
+the ``stop`` plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from robot_latency.models.plan import Step
-from robot_latency.planner.rules import rule_plan
+from robot_latency.plan.actions import STOP_STEP_PLAN
+from robot_latency.plan.rules import rule_plan_json
 
-STOP_PLAN: tuple[Step, ...] = (Step("stop"),)
+Plan = dict[str, Any]
 
 
 @dataclass
@@ -22,24 +26,24 @@ class FallbackContext:
 
     command: str | None
     now_ns: int
-    last_plan: tuple[Step, ...] | None = None
+    last_plan: Plan | None = None
     last_plan_ns: int | None = None
 
 
-Policy = Callable[[FallbackContext], "tuple[Step, ...] | None"]
+Policy = Callable[[FallbackContext], "Plan | None"]
+RulePlanner = Callable[[str], "Plan | None"]
 
 
-def rule_policy(ctx: FallbackContext) -> tuple[Step, ...] | None:
-    """Plan with the keyword planner; None when it reads nothing."""
-    if ctx.command is None:
-        return None
-    steps = rule_plan(ctx.command)
-    return tuple(steps) if steps else None
+def make_rule_policy(rule: RulePlanner) -> Policy:
+    """Return a policy that plans with a keyword planner; None when it reads nothing."""
+    def rule_policy(ctx: FallbackContext) -> Plan | None:
+        return None if ctx.command is None else rule(ctx.command)
+    return rule_policy
 
 
 def make_hold_policy(max_age_ms: float) -> Policy:
     """Return a policy that repeats the last valid plan while it is younger than max_age_ms."""
-    def hold_policy(ctx: FallbackContext) -> tuple[Step, ...] | None:
+    def hold_policy(ctx: FallbackContext) -> Plan | None:
         if ctx.last_plan is None or ctx.last_plan_ns is None:
             return None
         if ctx.now_ns - ctx.last_plan_ns > max_age_ms * 1e6:
@@ -48,32 +52,40 @@ def make_hold_policy(max_age_ms: float) -> Policy:
     return hold_policy
 
 
-def stop_policy(ctx: FallbackContext) -> tuple[Step, ...]:
-    """Return the safe stop plan (always answers)."""
-    return STOP_PLAN
-
-
 FALLBACK_NAMES = ("rule", "hold", "stop")
 
 
 class FallbackChain:
-    """Ask policies in order; the first with a plan answers."""
+    """Ask policies in order; the first with a plan answers.
 
-    def __init__(self, names: Sequence[str], *, hold_max_age_ms: float = 1000.0) -> None:
+    Args:
+        names: the chain, in order.
+        hold_max_age_ms: ``hold``'s age limit.
+        rule: the ``rule`` policy's planner; None leaves ``rule`` out of the chain (a profile
+            whose vocabulary no keyword planner knows).
+        stop_plan: the ``stop`` policy's plan.
+    """
+
+    def __init__(self, names: Sequence[str], *, hold_max_age_ms: float = 1000.0,
+                 rule: RulePlanner | None = rule_plan_json,
+                 stop_plan: Plan = STOP_STEP_PLAN) -> None:
         unknown = [n for n in names if n not in FALLBACK_NAMES]
         if unknown or not names:
             raise ValueError(f"fallback chain {list(names)!r}: unknown policies {unknown}; "
                              f"choose from {FALLBACK_NAMES}")
-        table: dict[str, Policy] = {"rule": rule_policy,
-                                    "hold": make_hold_policy(hold_max_age_ms),
-                                    "stop": stop_policy}
-        self.names = tuple(names)
+        self.stop_plan = stop_plan
+        table: dict[str, Policy] = {"hold": make_hold_policy(hold_max_age_ms),
+                                    "stop": lambda ctx: self.stop_plan}
+        if rule is not None:
+            table["rule"] = make_rule_policy(rule)
+        self.names = tuple(n for n in names if n in table)
+        self.dropped = tuple(n for n in names if n not in table)
         self._policies = [(n, table[n]) for n in self.names]
 
-    def answer(self, ctx: FallbackContext) -> tuple[str, tuple[Step, ...]]:
+    def answer(self, ctx: FallbackContext) -> tuple[str, Plan]:
         """Return (policy name, plan); a chain without ``stop`` that finds nothing stops anyway."""
         for name, policy in self._policies:
             plan = policy(ctx)
             if plan:
                 return name, plan
-        return "stop", STOP_PLAN
+        return "stop", self.stop_plan

@@ -22,14 +22,8 @@ from typing import Any, Protocol
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
 from robot_latency.engines.base import Engine, GenerationRequest, GenerationTrace, StopReason
-from robot_latency.models.plan import (
-    PLAN_TOKEN,
-    PlanParseError,
-    Step,
-    actions_gbnf,
-    expand_to_plan,
-    parse_actions,
-)
+from robot_latency.plan.actions import PlanParseError
+from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
@@ -39,11 +33,6 @@ log = logging.getLogger(__name__)
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
-
-
-def default_prompt(command: str) -> str:
-    """Return the planner prompt for a command: the command, then the plan marker."""
-    return f"{command.strip()}{PLAN_TOKEN}"
 
 
 @dataclass
@@ -116,14 +105,15 @@ class PlannerLoop:
         publish: called with the plan envelope, exactly once per cycle.
         sink: called with each cycle's record before the next cycle starts.
         clock: the one clock (ns).
-        prompt: builds the prompt from a command.
+        planning: the planner profile, loaded (prompt, output contract, fallback pieces);
+            None: the shipped default profile (the bundled planner's).
         run_id: identifies this run in every record.
         floor: floor predictions copied into every record (host and target).
     """
 
     def __init__(self, config: PlannerConfig, runner: Runner, *, publish: Publisher,
                  sink: RecordSink, clock: Clock = DEFAULT_CLOCK,
-                 prompt: Callable[[str], str] = default_prompt, run_id: str | None = None,
+                 planning: Planning | None = None, run_id: str | None = None,
                  floor: dict[str, Any] | None = None,
                  sleep_until: Callable[[int], None] | None = None) -> None:
         self.config = config
@@ -131,19 +121,26 @@ class PlannerLoop:
         self.publish = publish
         self.sink = sink
         self.clock = clock
-        self.prompt = prompt
+        self.planning = planning if planning is not None else load_planning()
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.floor = floor
         self.sleep_until = sleep_until or _sleep_until_factory(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
-        self.fallback = FallbackChain(config.fallback, hold_max_age_ms=config.hold_max_age_ms)
-        self.grammar = actions_gbnf() if config.grammar else None
+        self.fallback = FallbackChain(config.fallback, hold_max_age_ms=config.hold_max_age_ms,
+                                      rule=self.planning.rule,
+                                      stop_plan=self.planning.stop_plan)
+        if self.fallback.dropped:
+            log.info("fallback %s left out: profile %s has no rule planner",
+                     ",".join(self.fallback.dropped), self.planning.profile.name)
+        self.grammar = self.planning.contract.grammar if config.grammar else None
+        self.max_tokens = config.max_tokens or self.planning.max_tokens
+        self._state: str | None = None
         self.cycles_run = 0
         self.next_cycle = 0  # cycle ids run on across calls of the run_* methods
         self.sink_errors = 0
         self._current: InboundCommand | None = None
         self._last_command_id: str | None = None
-        self._last_plan: tuple[Step, ...] | None = None
+        self._last_plan: dict[str, Any] | None = None
         self._last_plan_ns: int | None = None
 
     # --- one cycle ---------------------------------------------------------------------------
@@ -175,7 +172,7 @@ class PlannerLoop:
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
-        steps: tuple[Step, ...] | None = None
+        plan: dict[str, Any] | None = None
         reason: str | None
         text = command.text if command is not None else None
         problem = None if text is None else self._command_problem(text)
@@ -189,17 +186,18 @@ class PlannerLoop:
         elif started >= give_up:
             reason = "deadline"  # no time left to ask the model at all
         else:
-            steps, reason = self._ask_model(rec, text, give_up)
-        if steps is None:
+            state = command.state if command is not None and command.state is not None \
+                else self._state
+            plan, reason = self._ask_model(rec, text, state, give_up)
+        if plan is None:
             t0 = self.clock()
-            policy, steps = self.fallback.answer(FallbackContext(
+            policy, plan = self.fallback.answer(FallbackContext(
                 command=text, now_ns=t0, last_plan=self._last_plan,
                 last_plan_ns=self._last_plan_ns))
             rec.plan_source, rec.fallback_reason, rec.fallback_policy = "fallback", reason, policy
             rec.phases_ns["fallback"] = self.clock() - t0
         else:
             rec.plan_source = "model"
-        plan = expand_to_plan(list(steps))
         rec.plan = plan
         published = self.clock()
         rec.published_ns = published
@@ -215,15 +213,22 @@ class PlannerLoop:
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
-            self._last_plan, self._last_plan_ns = steps, published
+            self._last_plan, self._last_plan_ns = plan, published
         self._write(rec)
         self.cycles_run += 1
         return rec
 
-    def _ask_model(self, rec: CycleRecord, text: str,
-                   give_up_ns: int) -> tuple[tuple[Step, ...] | None, str | None]:
-        request = GenerationRequest(prompt=self.prompt(text), max_tokens=self.config.max_tokens,
-                                    deadline_ns=give_up_ns, grammar=self.grammar)
+    def set_state(self, text: str | None) -> None:
+        """Set the robot state text the next cycles' prompts carry (thread-safe: one store)."""
+        self._state = text
+
+    def _ask_model(self, rec: CycleRecord, text: str, state: str | None,
+                   give_up_ns: int) -> tuple[dict[str, Any] | None, str | None]:
+        prompt = self.planning.build(text, state)
+        rec.prompt = prompt.suffix
+        request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
+                                    max_tokens=self.max_tokens, deadline_ns=give_up_ns,
+                                    grammar=self.grammar, stop=self.planning.stop)
         outcome = self.runner.run(request, give_up_ns=give_up_ns)
         trace = outcome.trace
         if trace is not None:
@@ -239,13 +244,11 @@ class PlannerLoop:
         if trace.stop_reason is not StopReason.DONE:
             return None, "invalid_output"  # cut off at max_tokens: incomplete
         try:
-            steps = tuple(parse_actions(trace.text))
-            if not steps:
-                raise PlanParseError("empty plan")
+            plan = self.planning.contract.parse(trace.text)
         except PlanParseError as err:
             rec.engine_error = f"invalid plan: {err}"
             return None, "invalid_output"
-        return steps, None
+        return plan, None
 
     @staticmethod
     def _copy_trace(rec: CycleRecord, trace: GenerationTrace) -> None:

@@ -12,11 +12,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InboundCommand:
-    """A command as it arrived: its id, text and arrival time (ns, the loop's clock)."""
+    """A command as it arrived: its id, text and arrival time (ns, the loop's clock), and the
+    robot state text that came with it (None: the loop's latest state, if any)."""
 
     command_id: str
     text: str
     arrival_ns: int
+    state: str | None = None
 
 
 class Mailbox:

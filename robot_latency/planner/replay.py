@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def _arrivals(stream: CommandStream, start_ns: int, speed: float) -> list[InboundCommand]:
-    return [InboundCommand(c.command_id, c.text, start_ns + round(c.t_ns / speed))
+    return [InboundCommand(c.command_id, c.text, start_ns + round(c.t_ns / speed), c.state)
             for c in stream.commands]
 
 
@@ -51,7 +52,7 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
     if asap:
         def back_to_back() -> Iterator[InboundCommand]:
             for c in stream.commands:
-                yield InboundCommand(c.command_id, c.text, loop.clock())
+                yield InboundCommand(c.command_id, c.text, loop.clock(), c.state)
         return loop.run_events(back_to_back(), should_stop=should_stop)
     if not speed > 0:
         raise ValueError(f"speed must be > 0, got {speed!r}")
@@ -72,13 +73,39 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
     return loop.run_periodic(n_cycles, start_ns=start, feed=feed, should_stop=should_stop)
 
 
+class ReplayProgress:
+    """A tqdm bar over a replay's commands: cycles that planned a new command, misses so far.
+
+    Updated from the record consumer (after each record is on disk), so it never holds the loop.
+    """
+
+    def __init__(self, total: int, *, label: str | None, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=label or "run", unit="cmd", file=sys.stderr,
+                        disable=not enabled, leave=True)
+        self.misses = 0
+
+    def update(self, rec: Any) -> None:
+        """Count one cycle record."""
+        if rec.command_arrival_ns is not None or rec.skipped:
+            self.bar.update(1)
+        if not rec.deadline_met:
+            self.misses += 1
+            self.bar.set_postfix(misses=self.misses, refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
                asap: bool = False, publish: Publisher | None = None,
-               handle_signals: bool = False) -> dict[str, Any]:
+               handle_signals: bool = False, progress: bool = False) -> dict[str, Any]:
     """Replay ``stream`` into a new run directory; return its summary.
 
     With ``handle_signals``, SIGINT and SIGTERM end the replay after the current cycle: the
-    cycle log is complete and flushed, and summary.json is written from it.
+    cycle log is complete and flushed, and summary.json is written from it. With ``progress``,
+    a progress bar on stderr shows the commands planned and the misses so far.
 
     Raises:
         RunError: the run could not start (log directory, engine, model).
@@ -92,11 +119,14 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
+    bar = ReplayProgress(len(stream.commands), label=config.label, enabled=progress)
     try:
-        with PlannerRun(config, publish=publish or (lambda envelope: None)) as run:
+        with PlannerRun(config, publish=publish or (lambda envelope: None),
+                        on_record=bar.update) as run:
             run.enter_loop_thread()
             replay(run.loop, stream, speed=speed, asap=asap, should_stop=stop.is_set)
             summary = run.close()
+        bar.close()
         summary["interrupted"] = stop.is_set()
         return summary
     finally:

@@ -34,6 +34,7 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import HardwareProfile, get_device
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor
+from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import (
     BudgetError,
     CpuBudget,
@@ -77,6 +78,7 @@ class RunConfig:
         cpu: cores and priorities of the loop and the engine worker (see
             :mod:`robot_latency.planner.budget`); applied to the loop's thread by
             :meth:`PlannerRun.enter_loop_thread`.
+        profile: the planner profile, shipped name or YAML path (None: ``bundled-actions``).
         extra: anything else to record in the manifest (e.g. the stream replayed).
     """
 
@@ -93,6 +95,7 @@ class RunConfig:
     hang_timeout_ms: float = 1000.0
     fsync: bool = False
     cpu: CpuBudget = field(default_factory=CpuBudget)
+    profile: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -187,6 +190,10 @@ class PlannerRun:
         self.clock = clock
         self.log_dir = Path(config.log_dir)
         self._check_log_dir()
+        try:
+            self.planning = load_planning(config.profile)
+        except RobotLatencyError as err:
+            raise RunError(f"planner profile: {err}") from err
         self.floor = self._make_floor()
         self.runner = self._make_runner()
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
@@ -196,7 +203,7 @@ class PlannerRun:
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
         self.telemetry = self._make_telemetry()
         self.loop = PlannerLoop(config.planner, self.runner, publish=publish, sink=self._write,
-                                clock=clock, sleep_until=sleep_until,
+                                clock=clock, sleep_until=sleep_until, planning=self.planning,
                                 run_id=self.log_dir.name + "-" + str(os.getpid()))
         self.started_wall = time.time()
         self.closed = False
@@ -321,6 +328,7 @@ class PlannerRun:
             "device": {"host": cfg.host_device, "target": cfg.target_device},
             "floor": self.floor.manifest() if self.floor is not None else None,
             "config": dataclasses.asdict(cfg.planner),
+            "profile": self.planning.describe(),
             "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
                            "engine_cpus_in_effect": getattr(self.runner, "worker_cpus", None)},
             "versions": _package_versions(),

@@ -98,7 +98,8 @@ class ProcessRunner:
         options: keyword options for the engine (picklable).
         hang_timeout_ms: a generation still running this long after its give-up time is hung:
             the worker is killed and restarted.
-        load_timeout_s: how long the worker may take to load the model.
+        load_timeout_s: how long the worker may take to load the model and evaluate the
+            profile's fixed prompt prefix (minutes for a large model on slow storage).
         clock: the loop's clock (must be ``time.perf_counter_ns``-compatible across processes).
         worker_nice: niceness added to the worker, so the loop's thread wins the CPU.
         worker_cpus: CPUs the worker may run on (None: any); leave one to the loop.
@@ -107,7 +108,7 @@ class ProcessRunner:
     """
 
     def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
-                 hang_timeout_ms: float = 1000.0, load_timeout_s: float = 120.0,
+                 hang_timeout_ms: float = 1000.0, load_timeout_s: float = 600.0,
                  clock: Clock = DEFAULT_CLOCK, worker_nice: int = 5,
                  worker_cpus: tuple[int, ...] | None = None, spin_ms: float = 1.5) -> None:
         self.engine_name = engine_name

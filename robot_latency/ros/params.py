@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.plan.profile import ProfileError
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import MODES, ConfigError, PlannerConfig
 from robot_latency.planner.fallback import FALLBACK_NAMES
 from robot_latency.planner.session import RunConfig
+from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
 from robot_latency.ros.diagnostics import DiagnosticsError, DiagnosticThresholds
 
 #: Kinds of parameter value, as ROS names the types.
@@ -35,9 +37,8 @@ KINDS = ("string", "integer", "double", "bool", "string_array", "cpu_list")
 
 #: Device profile when ``device_profile`` is ``auto`` and no Jetson is detected.
 DEFAULT_TARGET_DEVICE = "orin-nano-8gb"
-#: Floor-model preset and quant the simulated engine runs when ``model``/``quant`` are empty.
-SIM_DEFAULT_MODEL = "qwen2.5-0.5b"
-SIM_DEFAULT_QUANT = "Q4_K_M"
+#: Settings of the builder whose ROS parameter has another name.
+_PARAM_OF = {"profile": "planner_profile"}
 
 
 class ParamError(RobotLatencyError, ValueError):
@@ -94,6 +95,9 @@ _DT = DiagnosticThresholds()
 #: The planner node's parameters, in declaration order.
 PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("engine", "llamacpp", "string", "registered engine name (llamacpp, sim, ...)"),
+    _spec("planner_profile", "", "string",
+          "planner profile: a shipped name (bundled-actions, instruct-json; robot-latency "
+          "profiles lists them) or a YAML path; empty: bundled-actions"),
     _spec("model", "", "string",
           "GGUF path (sim engine: a shape preset); empty: the bundled planner model, or the "
           "engine's default when none is bundled"),
@@ -115,8 +119,8 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("publish_margin_ms", _PC.publish_margin_ms, "double",
           "time kept before the deadline for the fallback and the publish (ms)",
           low=0.0, high=60_000.0),
-    _spec("max_tokens", _PC.max_tokens, "integer", "most tokens generated per cycle",
-          low=1, high=4096),
+    _spec("max_tokens", _PC.max_tokens, "integer",
+          "most tokens generated per cycle; 0: the planner profile's", low=0, high=4096),
     _spec("max_command_chars", _PC.max_command_chars, "integer",
           "longer commands are refused (fallback bad_command), never fed to the model",
           low=1, high=1_000_000),
@@ -134,8 +138,11 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "$ROS_HOME/robot_latency/<timestamp>-<pid> ($ROS_HOME defaults to ~/.ros)"),
     _spec("label", "", "string", "name of this configuration in comparisons; empty: derived"),
     _spec("n_threads", 0, "integer",
-          "engine threads; 0: all cores but one (one core stays free for the loop)",
-          low=0, high=1024),
+          "engine decode threads; 0: one per core the engine has to itself (all but one when "
+          "the loop is not pinned)", low=0, high=1024),
+    _spec("n_threads_batch", 0, "integer",
+          "engine prefill threads; 0: every core the engine may run on (all of them unless "
+          "the loop is pinned on the normal scheduler)", low=0, high=1024),
     _spec("n_gpu_layers", 0, "integer",
           "layers offloaded to the GPU (a Jetson's CUDA build; -1: all; 0: CPU only)",
           low=-1, high=100_000),
@@ -143,8 +150,8 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "CPUs the planner loop's thread runs on (a list, or a string such as '0' or "
           "'0,2-3'); empty: not pinned"),
     _spec("engine_cpus", "", "cpu_list",
-          "CPUs the engine worker runs on; empty: all but loop_cpus when those are set, "
-          "else not pinned"),
+          "CPUs the engine worker runs on; empty: all but loop_cpus when those are set and "
+          "loop_priority is 0, else not pinned"),
     _spec("engine_nice", CpuBudget().engine_nice, "integer",
           "niceness added to the engine worker, so the loop wins a shared core", low=0,
           high=19),
@@ -337,18 +344,6 @@ def default_log_dir(*, now: float | None = None) -> Path:
     return home / "robot_latency" / f"{stamp}-{os.getpid()}"
 
 
-def bundled_model() -> str | None:
-    """Return the bundled planner GGUF's path, or None where none is built or shipped."""
-    try:
-        from robot_latency.models.bundled import bundled_model_path
-    except ImportError:
-        return None
-    try:
-        return str(bundled_model_path())
-    except (OSError, ValueError):  # BundledModelError is a FileNotFoundError
-        return None
-
-
 def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
                      cpu_count: int | None = None) -> PlannerSettings:
     """Build the planner node's settings from parameter values (missing ones: defaults).
@@ -357,7 +352,6 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
         ParamError: any bad value; the message names the parameter.
     """
     v = _typed(PLANNER_PARAMS, values)
-    notes: list[str] = []
     try:
         planner = PlannerConfig(
             period_ms=v["period_ms"], deadline_ms=v["deadline_ms"], mode=v["mode"],
@@ -376,49 +370,28 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
     model: str | None = v["model"].strip() or None
     quant: str | None = v["quant"].strip() or None
     draft: str | None = v["draft_model"].strip() or None
-    options: dict[str, Any] = {}
-    if draft is not None and engine != "llamacpp":
-        # A comparison labelled "with draft" that ran without one would be wrong; refuse.
-        raise ParamError("draft_model", f"{draft!r}: only the llamacpp engine takes a draft "
-                                        f"model, not {engine!r}; leave it empty")
-    if engine == "sim":
-        # The simulated engine predicts the target device: it runs "on" it.
-        model, quant = model or SIM_DEFAULT_MODEL, quant or SIM_DEFAULT_QUANT
-        options = {"device": target, "model": model, "quant": quant}
-        host = target
-        for name in ("n_threads", "n_gpu_layers"):
-            if v[name]:
-                notes.append(f"{name} is ignored by the sim engine")
-    else:
-        if model is None:
-            model = bundled_model()
-            notes.append(f"model: bundled planner {model}" if model
-                         else "model: no bundled planner found; the engine's default model")
-        if model is not None:
-            options["model_path"] = model
-        if draft is not None:
-            options.update(draft="model", draft_model_path=draft)
-        if v["n_gpu_layers"]:
-            options["n_gpu_layers"] = v["n_gpu_layers"]
-        cores = cpu_count or os.cpu_count() or 2
-        options["n_threads"] = v["n_threads"] or max(1, cores - 1)
-        host = "auto"  # the detected Jetson's profile, else the probed host
     log_dir = Path(v["log_dir"]).expanduser() if v["log_dir"].strip() else default_log_dir()
-    label = v["label"].strip() or " ".join(
-        p for p in (engine, Path(model).name if model else None, quant) if p)
     try:
         cpu = CpuBudget(loop_cpus=v["loop_cpus"], engine_cpus=v["engine_cpus"],
                         engine_nice=v["engine_nice"], loop_priority=v["loop_priority"])
-        engine_cpus = cpu.resolved_engine_cpus()
-        if engine != "sim" and not v["n_threads"] and engine_cpus:
-            options["n_threads"] = len(engine_cpus)  # one thread per core the engine owns
-        run = RunConfig(planner=planner, log_dir=log_dir, engine=engine, engine_options=options,
-                        runner="process", model=model, quant=quant, host_device=host,
-                        target_device=target, label=label, cpu=cpu,
-                        hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
-                        extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]})
+        spec = RunSpec(planner=planner, log_dir=log_dir, engine=engine, model=model,
+                       quant=quant, profile=v["planner_profile"].strip() or None,
+                       draft_model=draft, target_device=target, n_threads=v["n_threads"],
+                       n_threads_batch=v["n_threads_batch"], n_gpu_layers=v["n_gpu_layers"],
+                       cpu=cpu, runner="process", label=v["label"].strip() or None,
+                       hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
+                       extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]})
+        run, notes = build_run_config(
+            spec, cores=frozenset(range(cpu_count)) if cpu_count else None)
+    except SettingsError as err:
+        raise ParamError(_PARAM_OF.get(err.name, err.name),
+                         str(err).split(": ", 1)[1]) from err
+    except ProfileError as err:
+        raise ParamError("planner_profile", str(err)) from err
     except ConfigError as err:
         raise _named(err) from err
+    except RobotLatencyError as err:  # a ladder level that cannot be built, a missing model
+        raise ParamError("model", str(err)) from err
     return PlannerSettings(run=run, diagnostics=diagnostics,
                            diagnostics_period_s=v["diagnostics_period_s"],
                            max_cycles=v["max_cycles"], values=v, notes=tuple(notes))

@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 
 NODE_NAME = "planner_node"
 COMMAND_TOPIC = "planner/command"
+#: Robot state text for planner profiles whose prompt has ``{state}``: the latest message is
+#: what the next cycles' prompts carry.
+STATE_TOPIC = "planner/state"
 PLAN_TOPIC = "planner/plan"
 CYCLE_TOPIC = "planner/cycle"
 DIAGNOSTICS_TOPIC = "/diagnostics"
@@ -131,13 +134,18 @@ class PlannerNode(Node):
             String, COMMAND_TOPIC, self._on_command,
             QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
                        reliability=ReliabilityPolicy.RELIABLE))
+        self._state_sub = self.create_subscription(
+            String, STATE_TOPIC, self._on_state,
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
         self._timer = self.create_timer(settings.diagnostics_period_s, self._publish_diagnostics)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         p = cfg.planner
         self.get_logger().info(
             f"planner ready: engine {cfg.engine} ({cfg.label}), target {cfg.target_device}, "
             f"{p.mode} mode, period {p.period_ms:g} ms, deadline {p.deadline_ms:g} ms; "
-            f"in {self.resolve_topic_name(COMMAND_TOPIC)}, out "
+            f"profile {self.driver.run.planning.profile.name}; "
+            f"in {self.resolve_topic_name(COMMAND_TOPIC)} (state "
+            f"{self.resolve_topic_name(STATE_TOPIC)}), out "
             f"{self.resolve_topic_name(PLAN_TOPIC)}, {self.resolve_topic_name(CYCLE_TOPIC)}; "
             f"log {cfg.log_dir}")
 
@@ -173,6 +181,10 @@ class PlannerNode(Node):
         assert self.driver is not None
         command = self.driver.submit(msg.data)
         self.get_logger().debug(f"command {command.command_id}: {len(msg.data)} characters")
+
+    def _on_state(self, msg: String) -> None:
+        assert self.driver is not None
+        self.driver.loop.set_state(msg.data)
 
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
         self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))

@@ -13,11 +13,13 @@ class Command:
         t_ns: Arrival time relative to the stream start (ns); >= 0 and non-decreasing in a stream.
         text: The command text, kept as recorded (empty or huge strings are the planner's business).
         command_id: Stable id, ``f"{stream_name}:{index}"`` unless the source gave one.
+        state: The robot state text recorded with the command (JSONL ``state``), or None.
     """
 
     t_ns: int
     text: str
     command_id: str
+    state: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.t_ns, bool) or not isinstance(self.t_ns, int):

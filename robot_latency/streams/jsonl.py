@@ -1,6 +1,8 @@
 """Read and write command streams as JSON Lines: one ``{"t_ns": int, "text": str}`` per line.
 
-An optional ``"id"`` (str) names the command; without it the id is ``f"{stream}:{index}"``.
+An optional ``"id"`` (str) names the command; without it the id is ``f"{stream}:{index}"``. An
+optional ``"state"`` (str) is the robot state text that goes with the command into the prompt of
+a planner profile whose template has ``{state}``.
 Blank lines are ignored. Times are made relative to the first command, like bag log times.
 """
 
@@ -63,7 +65,7 @@ def read_jsonl(
         if not line.strip():
             continue
         try:
-            t_ns, text, command_id = _parse_line(line)
+            t_ns, text, command_id, state = _parse_line(line)
             if last_t_ns is not None and t_ns < last_t_ns:
                 raise _BadLine(f"t_ns {t_ns} goes back in time (previous line: {last_t_ns})")
             if command_id is not None and command_id in seen_ids:
@@ -77,12 +79,13 @@ def read_jsonl(
         last_t_ns = t_ns
         if command_id is not None:
             seen_ids.add(command_id)
-        entries.append((t_ns, text, command_id))
+        entries.append((t_ns, text, command_id, state))
 
     start_ns = entries[0][0] if entries else 0
     commands = tuple(
-        Command(t_ns=t_ns - start_ns, text=text, command_id=cid or f"{name}:{index}")
-        for index, (t_ns, text, cid) in enumerate(entries)
+        Command(t_ns=t_ns - start_ns, text=text, command_id=cid or f"{name}:{index}",
+                state=state)
+        for index, (t_ns, text, cid, state) in enumerate(entries)
     )
     if not commands:
         log.warning("JSONL stream %s holds no commands", path)
@@ -91,8 +94,9 @@ def read_jsonl(
     )
 
 
-def _parse_line(line: bytes) -> tuple[int, str, str | None]:
-    """Parse one non-blank line into (t_ns, text, id or None); raise _BadLine saying why not."""
+def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None]:
+    """Parse one non-blank line into (t_ns, text, id or None, state or None); raise _BadLine
+    saying why not."""
     try:
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -115,7 +119,10 @@ def _parse_line(line: bytes) -> tuple[int, str, str | None]:
         raise _BadLine(f"text must be a string, got {type(text).__name__}")
     if command_id is not None and (not isinstance(command_id, str) or not command_id):
         raise _BadLine(f"id must be a non-empty string, got {command_id!r}")
-    return t_ns, text, command_id
+    state = obj.get("state")
+    if state is not None and not isinstance(state, str):
+        raise _BadLine(f"state must be a string, got {type(state).__name__}")
+    return t_ns, text, command_id, state
 
 
 def write_jsonl(path: Path | str, commands: Sequence[Command]) -> Path:
@@ -133,7 +140,8 @@ def write_jsonl(path: Path | str, commands: Sequence[Command]) -> Path:
     """
     path = Path(path)
     lines = (
-        json.dumps({"t_ns": c.t_ns, "text": c.text, "id": c.command_id}, ensure_ascii=False)
+        json.dumps({"t_ns": c.t_ns, "text": c.text, "id": c.command_id,
+                    **({"state": c.state} if c.state is not None else {})}, ensure_ascii=False)
         for c in commands
     )
     try:

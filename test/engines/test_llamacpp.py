@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
-from robot_latency.models.plan import actions_gbnf, parse_actions
 from robot_latency.models.tokenizer import format_prompt
+from robot_latency.plan.actions import actions_gbnf, parse_actions
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand

@@ -13,8 +13,8 @@ import pytest
 
 from robot_latency.models import bundled
 from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
-from robot_latency.models.plan import expand_to_plan, parse_actions, validate_plan
 from robot_latency.models.tokenizer import build_vocab
+from robot_latency.plan.actions import expand_to_plan, parse_actions, validate_plan
 
 llama_cpp = pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")

@@ -11,8 +11,8 @@ from robot_latency.engines.base import GenerationRequest, create_engine  # noqa:
 from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf  # noqa: E402
 from robot_latency.models import synth as syn  # noqa: E402
 from robot_latency.models.ladder import LadderError  # noqa: E402
-from robot_latency.models.plan import actions_gbnf  # noqa: E402
 from robot_latency.models.tokenizer import build_vocab, format_prompt  # noqa: E402
+from robot_latency.plan.actions import actions_gbnf  # noqa: E402
 
 
 def test_smollm2_135m_q4_0(tmp_path) -> None:

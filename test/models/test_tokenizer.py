@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from robot_latency.models.corpus import grammar_words
-from robot_latency.models.plan import ACTION_TOKENS
 from robot_latency.models.tokenizer import SPACE, build_vocab, format_prompt
+from robot_latency.plan.actions import ACTION_TOKENS
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")

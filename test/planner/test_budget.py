@@ -60,6 +60,8 @@ def test_engine_gets_the_cores_the_loop_does_not_own() -> None:
     assert CpuBudget(loop_cpus=(0,)).resolved_engine_cpus(four) == (1, 2, 3)
     assert CpuBudget(loop_cpus=(0,), engine_cpus=(2,)).resolved_engine_cpus(four) == (2,)
     assert CpuBudget(loop_cpus=(0,)).resolved_engine_cpus(frozenset({0})) is None  # share it
+    # Under SCHED_FIFO the loop preempts the engine anywhere: the engine may use every core.
+    assert CpuBudget(loop_cpus=(0,), loop_priority=50).resolved_engine_cpus(four) is None
     with pytest.raises(BudgetError, match=r"engine_cpus=\[7\]: CPU \[7\] not available"):
         CpuBudget(engine_cpus=(7,)).check(four)
 

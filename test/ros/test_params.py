@@ -58,10 +58,14 @@ def test_real_engine_leaves_a_core_to_the_loop(tmp_path: Path) -> None:
 
 
 def test_draft_model_goes_to_the_llamacpp_engine(tmp_path: Path) -> None:
+    draft = tmp_path / "d.gguf"
+    draft.write_bytes(b"GGUF")
     s = planner_settings({"log_dir": str(tmp_path), "model": "t.gguf",
-                          "draft_model": "d.gguf"})
+                          "draft_model": str(draft)})
     assert s.run.engine_options["draft"] == "model"
-    assert s.run.engine_options["draft_model_path"] == "d.gguf"
+    assert s.run.engine_options["draft_model_path"] == str(draft.resolve())
+    with pytest.raises(ParamError, match=r"parameter 'draft_model': .*nope.gguf: no such file"):
+        planner_settings({"log_dir": str(tmp_path), "draft_model": str(tmp_path / "nope.gguf")})
 
 
 def test_auto_device_is_the_detected_jetson_or_the_default(tmp_path: Path) -> None:
@@ -86,7 +90,7 @@ def test_default_log_dir_is_under_ros_home(monkeypatch: pytest.MonkeyPatch,
     ({"mode": "sometimes"}, "mode"),
     ({"fallback": "rule,pray"}, "fallback"),
     ({"fallback": []}, "fallback"),
-    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": -1}, "max_tokens"),
     ({"max_tokens": 2.5}, "max_tokens"),
     ({"mailbox_capacity": True}, "mailbox_capacity"),
     ({"publish_margin_ms": 150.0}, "publish_margin_ms"),

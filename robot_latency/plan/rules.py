@@ -9,8 +9,9 @@ chain moves on (``hold``, then ``stop``).
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from robot_latency.models.plan import COLORS, LOCATIONS, OBJECTS, Step
+from robot_latency.plan.actions import COLORS, LOCATIONS, OBJECTS, Step, expand_to_plan
 
 # Verb keywords per action, checked in this order (first match in a clause wins).
 _ACTION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -125,3 +126,9 @@ def rule_plan(command: str) -> list[Step] | None:
     for clause in _CLAUSE_SPLIT.split(text):
         steps.extend(_clause_steps(clause.strip(), speed))
     return steps or None
+
+
+def rule_plan_json(command: str) -> dict[str, Any] | None:
+    """Return the keyword planner's plan in the expanded JSON form; None when it reads nothing."""
+    steps = rule_plan(command)
+    return expand_to_plan(steps) if steps else None

@@ -1,0 +1,85 @@
+"""What every command module shares: the usage error, output helpers and argument types."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from robot_latency.errors import RobotLatencyError
+from robot_latency.planner.budget import parse_cpu_list
+from robot_latency.report.table import markdown_table as render_table
+
+__all__ = [
+    "UsageError", "count_arg", "cpu_list_arg", "echo", "emit_json", "fmt_bytes", "nonneg_int",
+    "positive_int", "render_table", "split_list",
+]
+
+
+class UsageError(RobotLatencyError):
+    """Bad command-line input; printed as one line, exit status 2."""
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as JSON (NaN refused: a script reading it must get valid JSON)."""
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def echo(line: str = "") -> None:
+    """Print one line of a command's output."""
+    sys.stdout.write(line + "\n")
+
+
+def fmt_bytes(n: float) -> str:
+    """Return a byte count in GB, MB, kB or B."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def split_list(text: str | None, cast: Any = str) -> list[Any]:
+    """Split a comma-separated option into typed items (blank items dropped)."""
+    return [cast(x.strip()) for x in text.split(",") if x.strip()] if text else []
+
+
+def cpu_list_arg(text: str) -> tuple[int, ...]:
+    """argparse type: a CPU list such as ``0`` or ``0,2-3``."""
+    try:
+        return parse_cpu_list(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """argparse type: a count that may be written 494e6 or 0.5e9."""
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from err
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return round(value)

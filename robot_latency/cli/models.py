@@ -1,0 +1,162 @@
+"""``models`` and ``streams``: build quantization ladders and synthetic models, write command
+streams."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from robot_latency.cli.common import UsageError, echo, positive_int, render_table, split_list
+
+
+def cmd_streams_make(args: argparse.Namespace) -> int:
+    from robot_latency.models.corpus import CorpusConfig, generate_corpus
+    from robot_latency.streams import SHIPPED_STREAMS, make_shipped_streams, make_stream_file
+    from robot_latency.streams.shipped import pick_texts
+
+    # Held-out commands: the planner never saw them in training.
+    texts = [c.text for c in generate_corpus(CorpusConfig()).heldout]
+    out = Path(args.out)
+    if args.shipped:
+        for path in make_shipped_streams(out, texts, storage=args.storage):
+            echo(f"wrote {path}")
+        names = ", ".join(f"{s.name} ({s.process}, {s.rate_hz:g} Hz, {s.n_commands})"
+                          for s in SHIPPED_STREAMS)
+        echo(f"streams: {names}")
+        return 0
+    if args.process is None:
+        raise UsageError("give --process periodic|poisson|bursty (or --shipped)")
+    path = make_stream_file(out, pick_texts(texts, args.count, seed=args.seed),
+                            process=args.process, rate_hz=args.rate_hz, seed=args.seed,
+                            storage=args.storage, topic=args.topic)
+    echo(f"wrote {path}: {args.count} commands, {args.process} at {args.rate_hz:g} Hz")
+    return 0
+
+
+def _show_ladder(man: Any, seconds: float) -> None:
+    built = ", ".join(man.built) or "nothing (all current)"
+    echo(f"{man.name}: built {built} in {seconds:.1f} s")
+    rows = [[q, f"{lv.bytes / 1e6:.1f}", f"{lv.effective_bpw:.2f}", str(lv.file)]
+            for q, lv in man.levels.items()]
+    echo(render_table(["quant", "MB", "bits/weight", "file"], rows))
+
+
+def cmd_models_build(args: argparse.Namespace) -> int:
+    import time
+
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.ladder import (
+        INFLATED_PREFIX,
+        build_ladder,
+        default_cache_dir,
+        ensure_inflated,
+        plan_accuracy_by_level,
+    )
+
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    echo(f"model cache: {cache}")
+    planner = bundled_model_path("planner")
+    t0 = time.perf_counter()
+    man = build_ladder(planner, cache, quants=split_list(args.quants), name="planner")
+    _show_ladder(man, time.perf_counter() - t0)
+    if args.accuracy:
+        from robot_latency.models.bundled import load_manifest
+        from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
+
+        held = generate_corpus(corpus_config_from_dict(load_manifest()["corpus"])).heldout
+        acc = plan_accuracy_by_level(man, held[: args.accuracy], reference="source")
+        echo(f"\nplan exact-match against the shipped F32 planner, "
+             f"{min(args.accuracy, len(held))} held-out commands:")
+        echo(render_table(["quant", "exact match"], [[q, f"{a:.3f}"] for q, a in acc.items()]))
+    for preset in split_list(args.inflate):
+        t0 = time.perf_counter()
+        src = ensure_inflated(planner, preset, cache)
+        man = build_ladder(src, cache, quants=["F16", *split_list(args.inflated_quants)],
+                           name=INFLATED_PREFIX + preset)
+        echo("")
+        _show_ladder(man, time.perf_counter() - t0)
+    return 0
+
+
+def cmd_models_ladder(args: argparse.Namespace) -> int:
+    import time
+
+    from robot_latency.models.ladder import LadderError, build_ladder, default_cache_dir
+
+    src = Path(args.gguf)
+    if not src.is_file():
+        raise LadderError(f"{src}: no such file")
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    quants = split_list(args.quants)
+    if not quants:
+        raise UsageError("--quants needs at least one level")
+    t0 = time.perf_counter()
+    man = build_ladder(src, cache, quants=quants)
+    _show_ladder(man, time.perf_counter() - t0)
+    echo(f"\nmanifest: {man.manifest_path}")
+    echo(f"compare them: robot-latency sweep --model {src} --quants {','.join(quants)} "
+         "--stream YOUR_BAG --profile YOUR_PROFILE --out runs/ladder")
+    return 0
+
+
+def cmd_models_synth(args: argparse.Namespace) -> int:
+    from robot_latency.models.synth import SYNTH_DESCRIPTION, synth
+
+    out = Path(args.out or f"{args.shape}.{args.quant}.synth.gguf")
+    path = synth(args.shape, args.quant, out, seed=args.seed)
+    echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {SYNTH_DESCRIPTION}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``robot-latency`` parser."""
+    p = sub.add_parser("models", help="build the quantization ladder, inflated and synthetic "
+                                      "models (nothing is downloaded)")
+    msub = p.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    mp = msub.add_parser(
+        "build", help="quantize the shipped planner (and its inflations) with llama.cpp",
+        description="Builds the quantization ladder of the shipped planner with llama.cpp's "
+                    "own quantizer, and the planner inflated function-preservingly into real "
+                    "model shapes (same outputs, the real per-token cost) with its ladder. "
+                    "Skips whatever is already built from the same source.")
+    mp.add_argument("--quants", default="F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K")
+    mp.add_argument("--inflate", default="qwen2.5-0.5b",
+                    help="comma-separated presets to inflate into ('' for none)")
+    mp.add_argument("--inflated-quants", default="Q8_0,Q4_K_M,Q4_0")
+    mp.add_argument("--accuracy", type=int, default=0,
+                    help="also measure plan exact-match per level on N held-out commands")
+    mp.add_argument("--cache-dir", default=None, help="default: the user cache")
+    mp.set_defaults(func=cmd_models_build)
+    mp = msub.add_parser(
+        "ladder", help="quantize your own F32/F16/BF16 GGUF into levels (llama.cpp's quantizer)",
+        description="Builds the quantization levels of a GGUF into the model cache, with a "
+                    "manifest; levels already built from the same file are skipped. 'sweep "
+                    "--model FILE --quants ...' then compares them.")
+    mp.add_argument("gguf", help="the source GGUF (F32, F16 or BF16)")
+    mp.add_argument("--quants", default="Q8_0,Q4_K_M,Q4_0",
+                    help="comma-separated levels (default %(default)s)")
+    mp.add_argument("--cache-dir", default=None, help="default: the user cache")
+    mp.set_defaults(func=cmd_models_ladder)
+    mp = msub.add_parser("synth", help="a random-weight GGUF of a preset shape (timing only)")
+    mp.add_argument("--shape", required=True, help="preset id, e.g. qwen2.5-0.5b")
+    mp.add_argument("--quant", default="Q4_K_M")
+    mp.add_argument("--out", default=None)
+    mp.add_argument("--seed", type=int, default=0)
+    mp.set_defaults(func=cmd_models_synth)
+
+    p = sub.add_parser("streams", help="command streams: make rosbag2 streams from the corpus")
+    ssub = p.add_subparsers(dest="streams_command", required=True, metavar="ACTION")
+    sp = ssub.add_parser("make", help="write a rosbag2 (MCAP) command stream",
+                         description="Writes operator commands (held-out commands of the "
+                                     "demo corpus, short and long mixed) with an arrival "
+                                     "process as a rosbag2 bag directory.")
+    sp.add_argument("--out", required=True, help="bag directory to create (--shipped: parent)")
+    sp.add_argument("--shipped", action="store_true", help="the streams the project ships")
+    sp.add_argument("--process", choices=("periodic", "poisson", "bursty"), default=None)
+    sp.add_argument("--rate-hz", type=float, default=0.5, help="mean commands per second")
+    sp.add_argument("--count", type=positive_int, default=60)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    sp.add_argument("--topic", default="/planner/command")
+    sp.set_defaults(func=cmd_streams_make)

@@ -1,0 +1,326 @@
+"""``run``, ``sweep``, ``report``, ``summarize`` and ``profiles``: replay command streams through
+the planner, compare configurations, and list the planner profiles."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from robot_latency.cli.common import (
+    UsageError,
+    cpu_list_arg,
+    echo,
+    emit_json,
+    nonneg_int,
+    positive_int,
+    render_table,
+    split_list,
+)
+from robot_latency.planner.budget import CpuBudget
+from robot_latency.records import read_records
+from robot_latency.report.summary import summarize, write_summary
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    path = Path(args.cycles)
+    summary = summarize(read_records(path))
+    if args.out:
+        write_summary(summary, args.out)
+    if args.json or not args.out:
+        emit_json(summary)
+    return 0
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Turn --engine-opt KEY=VALUE pairs into typed options (int, float, bool or str)."""
+    opts: dict[str, Any] = {}
+    for item in args.engine_opt or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--engine-opt {item!r}: expected KEY=VALUE")
+        value: Any = raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        opts[key.replace("-", "_")] = value
+    return opts
+
+
+def _read_stream(args: argparse.Namespace) -> Any:
+    from robot_latency.streams import read_stream
+
+    return read_stream(args.stream, topic=args.topic,
+                       on_bad_line="skip" if args.skip_bad_lines else "error")
+
+
+def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any]) -> None:
+    ci = summary["deadline_miss_rate_ci95"]
+    echo(f"run {out}: {summary['cycles']} cycles"
+         + (" (as fast as possible: no arrival process, no queueing measured)"
+            if args.asap else f" (recorded pace x{args.speed:g})"))
+    if summary["cycles"]:
+        echo(f"deadline misses {summary['deadline_misses']} "
+             f"({100 * summary['deadline_miss_rate']:.2f}%, 95% CI "
+             f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}%), fallbacks {summary['fallbacks']}")
+    rows = [[m, str(summary[m]["n"])] + ["-" if summary[m][k] is None else f"{summary[m][k]:.2f}"
+                                         for k in ("p50", "p90", "p99", "max")]
+            for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
+    echo(render_table(["metric", "n", "p50", "p90", "p99", "max"], rows))
+    thin = [w.split(":")[0] for w in summary["warnings"] if "p99 from only" in w]
+    if thin:
+        echo(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")
+
+
+#: The flag of each run setting whose name differs.
+_FLAG_OF = {"draft_model": "--draft", "draft_k": "--draft-k", "profile": "--profile"}
+
+
+def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
+                         quant: str | None, device: str, deadline_ms: float,
+                         period_ms: float, label: str | None,
+                         cores: frozenset[int] | None = None) -> Any:
+    """Build one configuration's RunConfig with the settings builder the node uses too."""
+    from robot_latency.planner.config import PlannerConfig
+    from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
+
+    planner = PlannerConfig(period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
+                            max_tokens=args.max_tokens,
+                            fallback=tuple(f.strip() for f in args.fallback.split(",")),
+                            publish_margin_ms=args.publish_margin_ms)
+    cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
+                    engine_nice=args.engine_nice, loop_priority=args.loop_priority)
+    spec = RunSpec(planner=planner, log_dir=out, engine=engine, model=args.model, quant=quant,
+                   profile=args.profile, draft_model=args.draft, draft_k=args.draft_k or 0,
+                   target_device=device, n_threads=args.n_threads,
+                   n_threads_batch=args.n_threads_batch, n_gpu_layers=args.n_gpu_layers,
+                   engine_options=_engine_options(args), cpu=cpu, runner=args.runner,
+                   label=label,
+                   extra={"stream": {"path": str(args.stream), "name": stream.name,
+                                     "topic": stream.topic, "commands": len(stream.commands),
+                                     "skipped_lines": list(stream.skipped_lines)},
+                          "replay": {"mode": "asap" if args.asap else "recorded",
+                                     "speed": None if args.asap else args.speed}})
+    try:
+        run, notes = build_run_config(spec, cores=cores)
+    except SettingsError as err:  # name the flag, not the setting
+        flag = _FLAG_OF.get(err.name, err.name)
+        raise UsageError(f"{flag}: {str(err).split(': ', 1)[1]}") from err
+    for note in notes:
+        sys.stderr.write(f"note: {note}\n")
+    return run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from robot_latency.planner.replay import run_replay
+
+    stream = _read_stream(args)
+    out = Path(args.out)
+    config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
+                         device=args.device, deadline_ms=args.deadline_ms,
+                         period_ms=args.period_ms, label=args.label)
+    summary = run_replay(config, stream, speed=args.speed, asap=args.asap, handle_signals=True,
+                         progress=_progress(args))
+    if args.json:
+        emit_json(summary)
+    else:
+        _print_summary(args, out, summary)
+    if summary.get("interrupted"):
+        # Like a shell's 128 + SIGINT: the run stopped early, though its files are complete.
+        sys.stderr.write(f"robot-latency run: interrupted after {summary['cycles']} cycles; "
+                         f"{out} is complete up to there\n")
+        return 130
+    return 0
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars on stderr: on a terminal, or when asked for."""
+    return bool(getattr(args, "progress", False)) or sys.stderr.isatty()
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from robot_latency.planner.replay import run_replay
+    from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
+
+    stream = _read_stream(args)
+    axes: dict[str, list[Any]] = {
+        "engine": split_list(args.engines) or [args.engine],
+        "quant": split_list(args.quants) or [args.quant],
+        "device": split_list(args.devices) or [args.device],
+        "deadline_ms": split_list(args.deadlines, float) or [args.deadline_ms],
+    }
+    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl}
+              for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
+              for dl in axes["deadline_ms"]]
+    varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
+    run_dirs = []
+    for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
+                      disable=not _progress(args)):
+        label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
+                         for k in varied)
+        run_dir = out / label.replace(" ", "_").replace("/", "-")
+        config = run_config_from_args(args, run_dir, stream, engine=point["engine"],
+                             quant=point["quant"], device=point["device"],
+                             deadline_ms=point["deadline_ms"],
+                             period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
+        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=_progress(args))
+        run_dirs.append(run_dir)
+    # Plans are compared against the highest-precision level (the ladder's order).
+    reference = _reference_label(axes, varied)
+    rows = compare_runs(run_dirs, reference=reference)
+    to_csv(rows, out / "comparison.csv")
+    to_json(rows, out / "comparison.json")
+    echo(to_markdown(rows))
+    echo(f"\nruns and comparison.csv / comparison.json in {out}")
+    return 0
+
+
+def _reference_label(axes: dict[str, list[Any]], varied: list[str]) -> str | None:
+    """Return the label of the highest-precision quant level when only the quant varies."""
+    from robot_latency.models.ladder import VALID_QUANTS
+
+    if varied != ["quant"]:
+        return None
+    order = {q: i for i, q in enumerate(VALID_QUANTS)}
+    return min(axes["quant"], key=lambda q: order.get(str(q), len(order)))
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from robot_latency.plan.profile import load_profile, shipped_profiles
+
+    profiles = [load_profile(str(path)) for path in shipped_profiles().values()]
+    if args.json:
+        emit_json([{"name": p.name, "description": p.description, "path": p.source,
+                    "chat_format": p.chat_format, "contract": p.output.contract,
+                    "normalize": p.normalize, "fallback_rule": p.fallback.rule}
+                   for p in profiles])
+        return 0
+    echo(render_table(["name", "chat format", "output", "normalize", "rule fallback",
+                       "description"],
+                      [[p.name, p.chat_format, p.output.contract, p.normalize,
+                        p.fallback.rule, p.description] for p in profiles]))
+    echo("\nA profile is named by its shipped name or by the path of a YAML file "
+         "(--profile, planner_profile).")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.markdown import write_report
+
+    out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    report = write_report(args.runs, out, reference=args.reference)
+    echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
+    echo(f"\nreport: {report}")
+    return 0
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
+    p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="JSONL: skip bad lines (reported) instead of stopping")
+    p.add_argument("--engine", default="llamacpp",
+                   help="engine name: llamacpp (default), onnx, sim (predicts --device)")
+    p.add_argument("--model", default=None,
+                   help="GGUF path, 'planner' (default: the bundled planner), "
+                        "'planner-inflated-<preset>', or a preset for the sim engine")
+    p.add_argument("--quant", default=None,
+                   help="ladder level of --model (built on first use), or a preset's quant")
+    p.add_argument("--device", default="orin-nano-8gb",
+                   help="target device profile (the sim engine simulates it)")
+    p.add_argument("--profile", default=None,
+                   help="planner profile: a shipped name (bundled-actions, instruct-json; see "
+                        "'robot-latency profiles') or a YAML path (default: bundled-actions)")
+    p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
+                   help="engine option, repeatable (e.g. chunk_tokens=32, efficiency=0.35)")
+    p.add_argument("--n-threads", type=nonneg_int, default=0,
+                   help="decode threads (0: one per core the engine has to itself)")
+    p.add_argument("--n-threads-batch", type=nonneg_int, default=0,
+                   help="prefill threads (0: every core the engine may run on)")
+    p.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="layers offloaded to the GPU (-1: all; a CUDA build of llama.cpp)")
+    p.add_argument("--draft", default=None,
+                   help="draft GGUF for speculative decoding (llamacpp engine)")
+    p.add_argument("--draft-k", type=positive_int, default=None,
+                   help="tokens drafted per round (default: the engine's)")
+    p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
+                   help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")
+    p.add_argument("--engine-cpus", type=cpu_list_arg, default=(),
+                   help="CPUs the engine worker runs on (default: all but --loop-cpus, all "
+                        "under --loop-priority)")
+    p.add_argument("--engine-nice", type=int, default=CpuBudget().engine_nice,
+                   help="niceness added to the engine worker (default %(default)s)")
+    p.add_argument("--loop-priority", type=int, default=0,
+                   help="SCHED_FIFO priority 1-99 for the loop (needs rtprio rights); "
+                        "0: normal scheduler (default)")
+    p.add_argument("--deadline-ms", type=float, default=150.0)
+    p.add_argument("--period-ms", type=float, default=200.0)
+    p.add_argument("--publish-margin-ms", type=float, default=2.0)
+    p.add_argument("--mode", default="periodic", choices=("periodic", "event"))
+    p.add_argument("--max-tokens", type=nonneg_int, default=0,
+                   help="most tokens per cycle (default 0: the profile's)")
+    p.add_argument("--fallback", default="rule,hold,stop", help="fallback chain, in order")
+    p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
+    p.add_argument("--asap", action="store_true",
+                   help="ignore recorded times: one cycle per command, back to back")
+    p.add_argument("--progress", action="store_true",
+                   help="progress bar even when stderr is not a terminal")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``robot-latency`` parser."""
+    p = sub.add_parser(
+        "run", help="replay a command stream through the planner; write a run directory",
+        description="Replays a rosbag2 bag, a bare .mcap or a JSONL stream through the "
+                    "deadline-enforced planner at the recorded pace (or --asap) and writes "
+                    "OUT/cycles.jsonl, OUT/summary.json and OUT/manifest.json.")
+    _add_run_args(p)
+    p.add_argument("--label", default=None, help="name of this configuration in comparisons")
+    p.add_argument("--out", required=True, help="run directory to create")
+    p.add_argument("--json", action="store_true", help="print summary.json")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "sweep", help="run several configurations on one stream and compare them",
+        description="Runs every combination of the given axes (--quants, --engines, --devices, "
+                    "--deadlines) on the same stream, one run directory each under OUT, then "
+                    "prints the comparison table and writes OUT/comparison.csv and .json.")
+    _add_run_args(p)
+    p.add_argument("--quants", default=None,
+                   help="comma-separated quant levels of --model (a GGUF's ladder, built on "
+                        "first use); plans are compared against the highest-precision one")
+    p.add_argument("--engines", default=None, help="comma-separated engine names")
+    p.add_argument("--devices", default=None, help="comma-separated target device ids")
+    p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
+    p.add_argument("--out", required=True, help="sweep directory to create")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="compare run directories; write plots and report.md")
+    p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
+    p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
+    p.add_argument("--reference", default=None,
+                   help="label of the run plans are compared against (default: the first)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("profiles", help="list the shipped planner profiles")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")
+    p.add_argument("cycles", help="path to a cycles.jsonl")
+    p.add_argument("--out", default=None, help="write summary.json here")
+    p.add_argument("--json", action="store_true", help="also print it")
+    p.set_defaults(func=cmd_summarize)

@@ -24,6 +24,7 @@ EXECUTABLE = "planner_node"
 PLANNER_PARAMETERS = {
     "engine": "registered engine name (llamacpp, sim, ...)",
     "model": "GGUF path (sim: a shape preset); empty: the bundled planner model",
+    "planner_profile": "planner profile: bundled-actions, instruct-json or a YAML path",
     "quant": "quant type of a preset model (e.g. Q4_K_M)",
     "draft_model": "draft GGUF for speculative decoding",
     "device_profile": "target device profile (auto: the detected Jetson)",

@@ -22,7 +22,7 @@ LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES}
 PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
-                            "device_profile", "params_file", "log_dir"}
+                            "device_profile", "params_file", "log_dir", "planner_profile"}
 
 
 def _console_scripts() -> set[str]:

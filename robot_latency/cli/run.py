@@ -56,7 +56,7 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
 def _read_stream(args: argparse.Namespace) -> Any:
     from robot_latency.streams import read_stream
 
-    return read_stream(args.stream, topic=args.topic,
+    return read_stream(args.stream, topic=args.topic, state_topic=args.state_topic,
                        on_bad_line="skip" if args.skip_bad_lines else "error")
 
 
@@ -229,6 +229,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
+    p.add_argument("--state-topic", default=None,
+                   help="bag topic of robot state text for a profile's {state} (JSONL: each "
+                        "line's state field)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL: skip bad lines (reported) instead of stopping")
     p.add_argument("--engine", default="llamacpp",

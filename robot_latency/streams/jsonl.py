@@ -27,13 +27,15 @@ class _BadLine(Exception):
 
 
 def read_jsonl(
-    path: Path, *, topic: str | None = None, on_bad_line: str = "error"
+    path: Path, *, topic: str | None = None, on_bad_line: str = "error",
+    state_topic: str | None = None,
 ) -> CommandStream:
     """Read a JSONL command stream.
 
     Args:
         path: The ``.jsonl`` file.
         topic: Ignored (JSONL has no topics); accepted so all readers share one signature.
+        state_topic: Ignored likewise: a line's robot state is its ``state`` field.
         on_bad_line: ``"error"`` raises on the first bad line; ``"skip"`` logs a warning per bad
             line, leaves it out and records its number in ``skipped_lines``.
 

@@ -15,7 +15,8 @@ class StreamReader(Protocol):
     """One stream format's reader."""
 
     def __call__(
-        self, path: Path, *, topic: str | None = None, on_bad_line: str = "error"
+        self, path: Path, *, topic: str | None = None, on_bad_line: str = "error",
+        state_topic: str | None = None,
     ) -> CommandStream:
         """Read the stream at ``path``."""
         ...
@@ -58,7 +59,8 @@ def stream_kind(path: Path | str) -> str:
 
 
 def read_stream(
-    path: Path | str, *, topic: str | None = None, on_bad_line: str = "error"
+    path: Path | str, *, topic: str | None = None, on_bad_line: str = "error",
+    state_topic: str | None = None,
 ) -> CommandStream:
     """Read a command stream from a rosbag2 directory, a bare ``.mcap`` file or a ``.jsonl`` file.
 
@@ -68,6 +70,8 @@ def read_stream(
             ``std_msgs/msg/String`` topic. Ignored for JSONL.
         on_bad_line: JSONL only: ``"error"`` (default) stops at the first bad line, ``"skip"``
             warns, leaves it out and records its line number in ``skipped_lines``.
+        state_topic: Bags only: a String topic of robot state; each command carries the latest
+            state recorded at or before it (JSONL: each line's ``state`` field).
 
     Returns:
         The commands, ordered by arrival, times in ns relative to the first command.
@@ -77,4 +81,5 @@ def read_stream(
             topic, or has a bad JSONL line (with ``on_bad_line="error"``).
     """
     path = Path(path)
-    return READERS[stream_kind(path)](path, topic=topic, on_bad_line=on_bad_line)
+    return READERS[stream_kind(path)](path, topic=topic, on_bad_line=on_bad_line,
+                                      state_topic=state_topic)

@@ -15,6 +15,7 @@ next to the target and moves its single ``.mcap`` file out.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import shutil
 import struct
@@ -63,13 +64,17 @@ def typestore() -> Typestore:
     return _typestore
 
 
-def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error") -> CommandStream:
+def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error",
+             state_topic: str | None = None) -> CommandStream:
     """Read the commands on one String topic of a rosbag2 directory or a bare ``.mcap`` file.
 
     Args:
         path: Bag directory or ``.mcap`` file.
-        topic: Topic to read; by default the bag's single ``std_msgs/msg/String`` topic.
+        topic: Topic to read; by default the bag's single ``std_msgs/msg/String`` topic (other
+            than ``state_topic``).
         on_bad_line: Unused for bags (JSONL only); accepted so all readers share one signature.
+        state_topic: a String topic of robot state: each command carries the latest state
+            message recorded at or before it (None before the first).
 
     Returns:
         The stream, with times relative to the first message on the topic.
@@ -83,9 +88,13 @@ def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error"
     name = path.stem if path.is_file() else path.name
     try:
         with Reader(path) as reader:
-            selected = _select_topic(path, reader, topic)
+            state = _select_topic(path, reader, state_topic) if state_topic else None
+            selected = _select_topic(path, reader, topic, exclude=state)
             connections = [c for c in reader.connections if c.topic == selected]
             raw = [(stamp, data) for _, stamp, data in reader.messages(connections=connections)]
+            states = [] if state is None else [
+                (stamp, data) for _, stamp, data in reader.messages(
+                    connections=[c for c in reader.connections if c.topic == state])]
     except StreamError:
         raise
     except FileNotFoundError as err:
@@ -101,12 +110,22 @@ def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error"
 
     # Storage files are read one after another; order by log time (stable, so ties keep order).
     raw.sort(key=lambda item: item[0])
+    states.sort(key=lambda item: item[0])
+    state_ns = [stamp for stamp, _ in states]
     start_ns = raw[0][0] if raw else 0
+
+    def state_at(stamp: int) -> str | None:
+        i = bisect.bisect_right(state_ns, stamp)
+        if not i:
+            return None
+        return _decode_string(states[i - 1][1], path=path, topic=str(state), index=i - 1)
+
     commands = tuple(
         Command(
             t_ns=stamp - start_ns,
             text=_decode_string(data, path=path, topic=selected, index=index),
             command_id=f"{name}:{index}",
+            state=state_at(stamp),
         )
         for index, (stamp, data) in enumerate(raw)
     )
@@ -129,8 +148,10 @@ def _topic_listing(topics: dict[str, str | None]) -> str:
     )
 
 
-def _select_topic(path: Path, reader: Reader, topic: str | None) -> str:
-    """Pick the command topic: the one asked for, or the only String topic."""
+def _select_topic(path: Path, reader: Reader, topic: str | None, *,
+                  exclude: str | None = None) -> str:
+    """Pick the command topic: the one asked for, or the only String topic (``exclude`` left
+    out: the state topic)."""
     topics = {name: info.msgtype for name, info in reader.topics.items()}
     if topic is not None:
         if topic not in topics:
@@ -141,7 +162,8 @@ def _select_topic(path: Path, reader: Reader, topic: str | None) -> str:
                 f"not {STRING_TYPE}; {_topic_listing(topics)}"
             )
         return topic
-    strings = sorted(name for name, msgtype in topics.items() if msgtype == STRING_TYPE)
+    strings = sorted(name for name, msgtype in topics.items()
+                     if msgtype == STRING_TYPE and name != exclude)
     if len(strings) == 1:
         return strings[0]
     if not strings:
@@ -201,6 +223,7 @@ def write_bag(
     topic: str = DEFAULT_TOPIC,
     storage: str = "mcap",
     start_ns: int = DEFAULT_START_NS,
+    state_topic: str | None = None,
 ) -> Path:
     """Write commands as ``std_msgs/msg/String`` messages into a new rosbag2 directory.
 
@@ -208,6 +231,8 @@ def write_bag(
         path: Bag directory to create; must not exist.
         commands: Commands to write; each is logged at ``start_ns + t_ns``.
         topic: Topic to publish them on.
+        state_topic: also write each command's ``state`` (when it has one) on this String
+            topic, logged at the command's time, before it.
         storage: ``"mcap"`` or ``"sqlite3"``.
         start_ns: Log time of ``t_ns == 0`` (ns since the epoch).
 
@@ -230,7 +255,14 @@ def write_bag(
     try:
         with Writer(path, version=BAG_VERSION, storage_plugin=plugin) as writer:
             conn: Connection = writer.add_connection(topic, STRING_TYPE, typestore=typestore())
+            state_conn: Connection | None = None
+            if state_topic is not None:
+                state_conn = writer.add_connection(state_topic, STRING_TYPE,
+                                                   typestore=typestore())
             for command in commands:
+                if state_conn is not None and command.state is not None:
+                    writer.write(state_conn, start_ns + command.t_ns,
+                                 serialize_string(command.state))
                 writer.write(conn, start_ns + command.t_ns, serialize_string(command.text))
     except Exception as err:
         # Writer raises WriterError, but a full disk or a bad path surface as OSError/apsw errors.

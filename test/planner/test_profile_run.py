@@ -86,3 +86,18 @@ def test_instruct_json_on_a_random_weight_model_gives_schema_valid_plans(
         # The prefix was evaluated at load: every cycle reuses it and prefills only its part.
         assert r.prefix_cache_tokens is not None and r.prefix_cache_tokens >= prefix_tokens
         assert r.prompt is not None and r.prompt.startswith("<|im_start|>user\n")
+
+
+def test_jsonl_state_reaches_the_prompt(tmp_path: Path) -> None:
+    import yaml
+
+    profile = tmp_path / "stateful.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "stateful", "prompt": {"user": "{state} {command}<plan>",
+                                       "state_default": "idle"}}))
+    stream = write_jsonl(tmp_path / "s.jsonl", [Command(0, "Stop!", "a"),
+                                                Command(1, "stop", "b", state="docked")])
+    assert main(["run", "--stream", str(stream), "--mode", "event", "--asap", "--profile",
+                 str(profile), "--out", str(tmp_path / "run")]) == 0
+    prompts = {r.command_id: r.prompt for r in read_records(tmp_path / "run" / "cycles.jsonl")}
+    assert prompts == {"a": "idle stop<plan>", "b": "docked stop<plan>"}

@@ -304,3 +304,17 @@ def test_missing_bag_directory_names_the_path(tmp_path):
         read_stream(missing)
 
     assert str(missing) in str(info.value)
+
+
+def test_state_topic_gives_each_command_the_latest_state(tmp_path: Path) -> None:
+    commands = [Command(0, "stop", "a", state=None), Command(10, "go home", "b", state="docked"),
+                Command(20, "wait", "c", state=None), Command(30, "stop", "d", state="low battery")]
+    bag = write_bag(tmp_path / "bag", commands, state_topic="/robot/state")
+    # Two String topics: the state topic is left out when the command topic is picked.
+    stream = read_stream(bag, state_topic="/robot/state")
+    assert stream.topic == "/planner/command"
+    assert [c.text for c in stream.commands] == ["stop", "go home", "wait", "stop"]
+    assert [c.state for c in stream.commands] == [None, "docked", "docked", "low battery"]
+    assert all(c.state is None for c in read_stream(bag, topic="/planner/command").commands)
+    with pytest.raises(StreamError, match=r"topic /nope not found"):
+        read_stream(bag, state_topic="/nope")

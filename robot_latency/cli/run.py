@@ -19,6 +19,7 @@ from robot_latency.cli.common import (
     split_list,
 )
 from robot_latency.planner.budget import CpuBudget
+from robot_latency.planner.config import MODES, PlannerConfig
 from robot_latency.records import read_records
 from robot_latency.report.summary import summarize, write_summary
 
@@ -87,7 +88,6 @@ def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, en
                          period_ms: float, label: str | None,
                          cores: frozenset[int] | None = None) -> Any:
     """Build one configuration's RunConfig with the settings builder the node uses too."""
-    from robot_latency.planner.config import PlannerConfig
     from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
 
     planner = PlannerConfig(period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
@@ -226,6 +226,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+_PC = PlannerConfig()  # the loop's defaults, written once
+
+
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
@@ -266,16 +269,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "under --loop-priority)")
     p.add_argument("--engine-nice", type=int, default=CpuBudget().engine_nice,
                    help="niceness added to the engine worker (default %(default)s)")
-    p.add_argument("--loop-priority", type=int, default=0,
+    p.add_argument("--loop-priority", type=int, default=CpuBudget().loop_priority,
                    help="SCHED_FIFO priority 1-99 for the loop (needs rtprio rights); "
                         "0: normal scheduler (default)")
-    p.add_argument("--deadline-ms", type=float, default=150.0)
-    p.add_argument("--period-ms", type=float, default=200.0)
-    p.add_argument("--publish-margin-ms", type=float, default=2.0)
-    p.add_argument("--mode", default="periodic", choices=("periodic", "event"))
+    p.add_argument("--deadline-ms", type=float, default=_PC.deadline_ms)
+    p.add_argument("--period-ms", type=float, default=_PC.period_ms)
+    p.add_argument("--publish-margin-ms", type=float, default=_PC.publish_margin_ms)
+    p.add_argument("--mode", default=_PC.mode, choices=MODES)
     p.add_argument("--max-tokens", type=nonneg_int, default=0,
                    help="most tokens per cycle (default 0: the profile's)")
-    p.add_argument("--fallback", default="rule,hold,stop", help="fallback chain, in order")
+    p.add_argument("--fallback", default=",".join(_PC.fallback),
+                   help="fallback chain, in order (default %(default)s)")
     p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
     p.add_argument("--asap", action="store_true",
                    help="ignore recorded times: one cycle per command, back to back")

@@ -1,10 +1,34 @@
 """Install robot_latency as a ROS 2 ament_python package (colcon) or with plain pip."""
 
+import os
 from glob import glob
 
 from setuptools import find_packages, setup
+from setuptools.command.develop import develop
+from setuptools.command.install import install
 
 PACKAGE = "robot_latency"
+
+
+# Where the console scripts go. colcon (what `colcon build` runs for an ament_python package)
+# always passes --prefix to `setup.py install` and `setup.py develop`; there `ros2 run` looks for
+# executables in <prefix>/lib/<package>. Everywhere else (pip into a venv, with any pip or
+# setuptools, PEP 660 or the legacy `setup.py develop` of Ubuntu 22.04's pip 22.0.2 and
+# setuptools 59.6) they go to the environment's bin/. A static script_dir in setup.cfg cannot
+# tell the two apart: it sent the venv's scripts to .venv/lib/robot_latency.
+class _Install(install):
+    def finalize_options(self) -> None:
+        if self.prefix and not self.install_scripts:
+            self.install_scripts = os.path.join(self.prefix, "lib", PACKAGE)
+        super().finalize_options()
+
+
+class _Develop(develop):
+    def finalize_options(self) -> None:
+        if self.prefix and not self.script_dir:
+            self.script_dir = os.path.join(self.prefix, "lib", PACKAGE)
+        super().finalize_options()
+
 
 # Loose lower bounds here; the exact pins the project tests with are in requirements/*.txt.
 INSTALL_REQUIRES = [
@@ -38,7 +62,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
-    package_data={PACKAGE: ["data/*", "data/**/*"]},
+    # Explicit depths: setuptools < 62.3 (Ubuntu 22.04 has 59.6) does not expand "**".
+    package_data={PACKAGE: ["data/*", "data/models/*", "data/streams/*/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -48,6 +73,7 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     zip_safe=False,
+    cmdclass={"install": _Install, "develop": _Develop},
     maintainer="robot_latency maintainers",
     maintainer_email="maintainers@robot-latency.invalid",
     license="Apache-2.0",

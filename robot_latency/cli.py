@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency import __version__
+from robot_latency.cli_doctor import register as register_doctor
+from robot_latency.cli_onnx import register_models as register_models_onnx
 from robot_latency.demo import DemoError
+from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import (
     DEVICES,
@@ -821,6 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--out", default=None)
     mp.add_argument("--seed", type=int, default=0)
     mp.set_defaults(func=cmd_models_synth)
+    register_models_onnx(msub)
 
     p = sub.add_parser(
         "demo", help="the main job: quant levels of the inflated planner through ROS 2",
@@ -873,6 +877,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write summary.json here")
     p.add_argument("--json", action="store_true", help="also print it")
     p.set_defaults(func=cmd_summarize)
+    register_doctor(sub)
     return parser
 
 
@@ -884,7 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError,
-            ReportError, ModelBuildError, DemoError) as err:
+            ReportError, ModelBuildError, DemoError, RobotLatencyError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

@@ -55,20 +55,37 @@ def _package_xml_version(path: Path) -> str | None:
         return None
 
 
-def _rclpy_package_xml(rclpy_dir: Path | None) -> Path | None:
-    """Find rclpy's ament package.xml: under an AMENT_PREFIX_PATH entry, else above rclpy."""
-    prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
-    if rclpy_dir is not None:  # <prefix>/lib/pythonX.Y/{site,dist}-packages/rclpy
-        prefixes += [rclpy_dir.parents[i] for i in (2, 3) if len(rclpy_dir.parents) > i]
-    for prefix in prefixes:
-        candidate = prefix / "share" / "rclpy" / "package.xml"
-        if candidate.is_file():
+def _adjacent_package_xml(rclpy_dir: Path | None) -> Path | None:
+    """rclpy's ament package.xml in the prefix it is imported from, if it has one.
+
+    ``<prefix>/lib/pythonX.Y/{site,dist}-packages/rclpy`` or, on Debian layouts (apt's
+    ``/opt/ros/humble``), ``<prefix>/local/lib/pythonX.Y/dist-packages/rclpy``.
+    """
+    if rclpy_dir is None:
+        return None
+    for up in (3, 4):
+        if len(rclpy_dir.parents) > up:
+            candidate = rclpy_dir.parents[up] / "share" / "rclpy" / "package.xml"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _ament_package_xml() -> Path | None:
+    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        candidate = Path(prefix) / "share" / "rclpy" / "package.xml" if prefix else None
+        if candidate is not None and candidate.is_file():
             return candidate
     return None
 
 
 def ros_facts() -> RosFacts:
-    """Return the ROS distro and the rclpy version, from whichever install provides rclpy."""
+    """Return the ROS distro and the rclpy version, from whichever install provides rclpy.
+
+    In order: the ament package.xml of the prefix rclpy is imported from (apt, colcon), the pip
+    wheel distribution of a distro (``ros-<distro>-rclpy``), a package.xml on AMENT_PREFIX_PATH,
+    a distribution named ``rclpy``.
+    """
     distro = os.environ.get("ROS_DISTRO") or None
     try:
         spec = importlib.util.find_spec("rclpy")
@@ -81,21 +98,36 @@ def ros_facts() -> RosFacts:
         rclpy_dir = Path(spec.origin).parent
     elif spec.submodule_search_locations:
         rclpy_dir = Path(next(iter(spec.submodule_search_locations)))
+    where = str(rclpy_dir) if rclpy_dir is not None else None
+    wheel = _pip_rclpy(distro, rclpy_dir)
+    if distro is None and wheel is not None:
+        distro = wheel[0].split("-")[1]  # ros-<distro>-rclpy
+    xml = _adjacent_package_xml(rclpy_dir)
+    if xml is not None:
+        return RosFacts(distro, _package_xml_version(xml), str(xml), where)
+    if wheel is not None:
+        return RosFacts(distro, wheel[1], f"pip:{wheel[0]}", where)
+    xml = _ament_package_xml()
+    if xml is not None:
+        return RosFacts(distro, _package_xml_version(xml), str(xml), where)
+    try:
+        return RosFacts(distro, metadata.version("rclpy"), "pip:rclpy", where)
+    except metadata.PackageNotFoundError:
+        return RosFacts(distro, None, None, where)
+
+
+def _pip_rclpy(distro: str | None, rclpy_dir: Path | None) -> tuple[str, str] | None:
+    """(name, version) of the ``ros-<distro>-rclpy`` wheel that installed the imported rclpy."""
     names = ([f"ros-{distro}-rclpy"] if distro else []) + [f"ros-{d}-rclpy" for d in ROS_DISTROS]
     for name in dict.fromkeys(names):  # keep order, no repeats
         try:
-            version = metadata.version(name)
+            dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             continue
-        wheel_distro = name.split("-")[1]
-        return RosFacts(distro or wheel_distro, version, f"pip:{name}", str(rclpy_dir))
-    xml = _rclpy_package_xml(rclpy_dir)
-    if xml is not None:
-        return RosFacts(distro, _package_xml_version(xml), str(xml), str(rclpy_dir))
-    try:
-        return RosFacts(distro, metadata.version("rclpy"), "pip:rclpy", str(rclpy_dir))
-    except metadata.PackageNotFoundError:
-        return RosFacts(distro, None, None, str(rclpy_dir))
+        located = Path(str(dist.locate_file("rclpy")))
+        if rclpy_dir is None or located.resolve() == rclpy_dir.resolve():
+            return name, dist.version
+    return None
 
 
 def localhost_env(base: dict[str, str] | None = None) -> dict[str, str]:

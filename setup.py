@@ -1,6 +1,7 @@
 """Install robot_latency as a ROS 2 ament_python package (colcon) or with plain pip."""
 
 import os
+import sys
 from glob import glob
 
 from setuptools import find_packages, setup
@@ -10,23 +11,29 @@ from setuptools.command.install import install
 PACKAGE = "robot_latency"
 
 
-# Where the console scripts go. colcon (what `colcon build` runs for an ament_python package)
-# always passes --prefix to `setup.py install` and `setup.py develop`; there `ros2 run` looks for
-# executables in <prefix>/lib/<package>. Everywhere else (pip into a venv, with any pip or
-# setuptools, PEP 660 or the legacy `setup.py develop` of Ubuntu 22.04's pip 22.0.2 and
-# setuptools 59.6) they go to the environment's bin/. A static script_dir in setup.cfg cannot
-# tell the two apart: it sent the venv's scripts to .venv/lib/robot_latency.
+# Where the console scripts go: <prefix>/lib/<package> for colcon (`ros2 run` looks there), the
+# environment's bin/ for pip (any pip, PEP 660 or the legacy `setup.py develop` of Ubuntu 22.04's
+# pip 22.0.2 and setuptools 59.6). colcon passes setup.cfg's install_scripts on the command line
+# (recent colcon-core) or passes --prefix (older releases; setuptools ignores setup.cfg's install
+# paths inside a venv), and for --symlink-install runs `develop` with --prefix or with sys.prefix
+# redirected to the install space (its sitecustomize keeps the original in sys.real_prefix).
+def _colcon_prefix(prefix: str | None) -> str | None:
+    return prefix or (sys.prefix if getattr(sys, "real_prefix", None) else None)
+
+
 class _Install(install):
     def finalize_options(self) -> None:
-        if self.prefix and not self.install_scripts:
-            self.install_scripts = os.path.join(self.prefix, "lib", PACKAGE)
+        prefix = _colcon_prefix(self.prefix)
+        if prefix and not self.install_scripts:
+            self.install_scripts = os.path.join(prefix, "lib", PACKAGE)
         super().finalize_options()
 
 
 class _Develop(develop):
     def finalize_options(self) -> None:
-        if self.prefix and not self.script_dir:
-            self.script_dir = os.path.join(self.prefix, "lib", PACKAGE)
+        prefix = _colcon_prefix(self.prefix)
+        if prefix and not self.script_dir:
+            self.script_dir = os.path.join(prefix, "lib", PACKAGE)
         super().finalize_options()
 
 

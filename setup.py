@@ -58,7 +58,8 @@ EXTRAS = {
         "ros-kilted-std-msgs>=5.5",
         "ros-kilted-diagnostic-msgs>=5.5",
     ],
-    "test": ["pytest>=7", "ruff>=0.5"],
+    "test": ["pytest>=7", "ruff>=0.5", "colcon-common-extensions>=0.3", "osrf-pycommon>=2.0",
+             "lark>=1.1", "vermin>=1.6"],
     "train": ["torch>=2.0"],
 }
 

@@ -37,21 +37,22 @@ class _Develop(develop):
         super().finalize_options()
 
 
-# Loose lower bounds here; the exact pins the project tests with are in requirements/*.txt.
+# Lower bounds: the oldest versions the tests run with (requirements/compat.txt, `make compat`);
+# the exact pins of the main test venv are in requirements/base.txt, a Jetson's in jetson.txt.
 INSTALL_REQUIRES = [
-    "numpy>=1.21",
-    "psutil>=5.9",
-    "PyYAML>=5.4",
-    "gguf>=0.10",
-    "rosbags>=0.10",
-    "matplotlib>=3.5",
-    "tqdm>=4.60",
-    "onnx>=1.15",
+    "numpy>=1.23.5",
+    "psutil>=7.2.2",
+    "PyYAML>=6.0.3",
+    "gguf>=0.19.0",
+    "rosbags>=0.11.9",
+    "matplotlib>=3.6.3",
+    "tqdm>=4.70.1",
+    "onnx>=1.23.2",
 ]
 
 EXTRAS = {
-    "llama": ["llama-cpp-python>=0.3.0"],
-    "onnx": ["onnxruntime-gpu>=1.18"],
+    "llama": ["llama-cpp-python>=0.3.36"],
+    "onnx": ["onnxruntime-gpu>=1.31.1"],
     # ROS 2 Kilted as pip wheels (CPython 3.11, x86-64). On a Jetson use ROS 2 from apt instead.
     "ros": [
         "ros-kilted-rclpy[fastrtps]>=9.1",

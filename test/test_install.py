@@ -41,7 +41,8 @@ def test_prefix_install_puts_streams_launch_config_and_executables_in_place(
             shutil.copy2(ROOT / name, src / name)
     prefix, record = tmp_path / "install", tmp_path / "install.log"
     done = subprocess.run(
-        [sys.executable, "setup.py", "egg_info", "--egg-base", str(tmp_path),
+        # As colcon runs it: the egg-base relative (setuptools 59.6 refuses absolute paths).
+        [sys.executable, "setup.py", "egg_info", "--egg-base", "..",
          "build", "--build-base", str(tmp_path / "build"),
          "install", "--prefix", str(prefix), "--record", str(record),
          "--single-version-externally-managed"],

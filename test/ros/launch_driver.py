@@ -72,8 +72,7 @@ def main() -> int:
     executor.shutdown(timeout_sec=5)
     spinner.join(5)
     node.destroy_node()
-    if rclpy.ok():  # Humble's rclpy has no try_shutdown
-        rclpy.shutdown()
+    rclpy.try_shutdown()
     with lock:
         got = list(plans)
     print(json.dumps({"plans": got, "run_rc": rc, "stopped_by": stopped_by["why"],

@@ -16,6 +16,7 @@ from robot_latency.engines.providers import choose_providers, cuda_device_count
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.onnx_cache import OnnxCacheError, ensure_onnx_export
 from robot_latency.records import read_records
+from robot_latency.rosenv import ros_facts
 from robot_latency.streams import Command, write_jsonl
 
 GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
@@ -78,7 +79,9 @@ def test_run_engine_onnx_without_model_uses_the_cached_export(cache: Path,
          "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "EP Error" not in done.stdout + done.stderr
-    info = json.loads((out / "manifest.json").read_text())["engine_info"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ros"] == ros_facts().to_dict()  # distro and rclpy version, as found here
+    info = manifest["engine_info"]
     assert info["provider"] == "CPUExecutionProvider" or cuda_device_count()[0] > 0
     assert Path(info["model_path"]).is_relative_to(tmp_path / "rlcache" / "models" / "onnx")
     assert info["model_path"].endswith("planner.onnx")

@@ -241,7 +241,7 @@ def check_onnxruntime() -> Check:
                      "x86-64: pip install -r requirements/base.txt; Jetson: NVIDIA's "
                      "onnxruntime-gpu wheel (README)")
     from robot_latency.engines.onnx import DEFAULT_PROVIDERS
-    from robot_latency.engines.providers import choose_providers
+    from robot_latency.engines.providers import choose_providers, cuda_device_count
 
     choice = choose_providers(DEFAULT_PROVIDERS)
     dropped = "; ".join(f"{k} left out: {v}" for k, v in choice.dropped.items())
@@ -250,8 +250,6 @@ def check_onnxruntime() -> Check:
         return Check("onnxruntime", FAIL, detail + (f" ({dropped})" if dropped else ""),
                      "reinstall onnxruntime")
     gpu_dropped = [k for k in choice.dropped if k != "CPUExecutionProvider"]
-    from robot_latency.engines.providers import cuda_device_count
-
     if gpu_dropped and cuda_device_count()[0]:
         return Check("onnxruntime", WARN, detail + f" ({dropped})",
                      "install the CUDA/cuDNN (and TensorRT) libraries this onnxruntime-gpu was "
@@ -290,8 +288,7 @@ def check_cpus(params: dict[str, Any]) -> Check:
     missing = sorted((set(loop) | set(engine)) - have)
     if missing:
         return Check("cpus", FAIL, detail + f": CPU {_cpu_text(missing)} not available",
-                     f"set loop_cpus/engine_cpus within {_cpu_text(have)} (config/host.yaml "
-                     "pins nothing)")
+                     f"set loop_cpus/engine_cpus within {_cpu_text(have)} (\"\": not pinned)")
     if loop and not engine and not (have - set(loop)):
         return Check("cpus", FAIL, detail + ": no CPU left for the engine",
                      "leave at least one CPU out of loop_cpus")

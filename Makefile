@@ -8,7 +8,22 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.robot_latency-installed
-REQS := requirements/base.txt requirements/ros.txt requirements/test.txt setup.py package.xml
+REQS := requirements/base.txt requirements/jetson.txt requirements/ros.txt requirements/test.txt \
+	setup.py package.xml
+
+# CPython 3.10 on aarch64 is a Jetson with JetPack 6: requirements/jetson.txt (numpy < 2), and
+# llama-cpp-python compiled with CUDA for Orin (compute capability 8.7). Elsewhere base.txt.
+JETSON := $(shell $(PYTHON) -c "import platform, sys; print('yes' if platform.machine() == \
+	'aarch64' and sys.version_info[:2] == (3, 10) else '')" 2>/dev/null)
+ifeq ($(JETSON),yes)
+BASE_REQS := -r requirements/jetson.txt
+LLAMA_INSTALL := CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=87" \
+	CUDACXX=$${CUDACXX:-/usr/local/cuda/bin/nvcc} $(PIP) install --quiet \
+	-c requirements/jetson.txt llama-cpp-python==0.3.36
+else
+BASE_REQS := -r requirements/base.txt
+LLAMA_INSTALL := true
+endif
 
 # A sourced ROS 2 install (e.g. Humble from apt on a Jetson) already provides rclpy: then the
 # venv sees the system packages and the ROS pip wheels (x86-64, CPython 3.11 only) are skipped.
@@ -21,18 +36,31 @@ VENV_FLAGS :=
 ROS_REQS := -r requirements/ros.txt
 endif
 
-.PHONY: help install demo test lint bench clean
+# The compatibility venv: Ubuntu 22.04's pip and setuptools (a Jetson's), the oldest numpy and
+# matplotlib setup.py allows; it runs the tests that touch numpy, matplotlib and setuptools.
+COMPAT_VENV ?= .venv-compat
+COMPAT_PY := $(COMPAT_VENV)/bin/python
+COMPAT_STAMP := $(COMPAT_VENV)/.robot_latency-installed
+COMPAT_TESTS ?= test/test_install.py test/floor test/report test/streams test/engines \
+	test/models/test_onnx_export.py test/models/test_onnx_cache.py test/models/test_inflate.py \
+	test/models/test_bundled.py test/planner/test_session.py test/test_records.py
+# Python 3.10 is the oldest the project supports (JetPack 6): vermin checks every file for it.
+VERMIN := $(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.10-
+
+.PHONY: help install demo test lint bench clean compat jetson-resolve
 
 help:
 	@echo "make demo   run the main job on the bundled defaults (creates .venv on first use)"
 	@echo "make test   run the test suite (creates .venv on first use)"
-	@echo "make lint   ruff over the tree"
+	@echo "make lint   ruff and the Python 3.10 check over the tree"
+	@echo "make compat the compatibility job: old pip/setuptools/numpy/matplotlib, Jetson resolve"
 	@echo "make clean  remove .venv and build outputs"
 
 $(STAMP): $(REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	@echo "installing dependencies into $(VENV) (llama-cpp-python compiles on first install, ~5 min)"
-	$(PIP) install --quiet -r requirements/base.txt -r requirements/test.txt $(ROS_REQS)
+	$(PIP) install --quiet $(BASE_REQS) -r requirements/test.txt $(ROS_REQS)
+	$(LLAMA_INSTALL)
 	$(PIP) install --quiet --no-deps -e .
 	@touch $(STAMP)
 
@@ -48,9 +76,31 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check robot_latency test bench setup.py launch
+	$(VERMIN) robot_latency test bench setup.py launch .ci
+
+$(COMPAT_STAMP): requirements/compat.txt setup.py
+	@test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -m pip install --quiet pip==22.0.2 setuptools==59.6.0
+	$(COMPAT_PY) -m pip install --quiet -r requirements/compat.txt
+	$(COMPAT_PY) -m pip install --quiet --no-deps -e .
+	@touch $(COMPAT_STAMP)
+
+# pip 22.0.2 + setuptools 59.6 (legacy `setup.py develop`) must leave bin/robot-latency in the
+# venv; test_install.py runs colcon's `setup.py install --prefix` under setuptools 59.6.
+compat: $(COMPAT_STAMP) jetson-resolve
+	@test -x $(COMPAT_VENV)/bin/robot-latency || { echo "no $(COMPAT_VENV)/bin/robot-latency" \
+		"after pip $$($(COMPAT_PY) -m pip --version | cut -d' ' -f2)"; exit 1; }
+	$(COMPAT_VENV)/bin/robot-latency --version
+	$(COMPAT_PY) -c "import numpy, matplotlib, setuptools; print('numpy', numpy.__version__, \
+		'matplotlib', matplotlib.__version__, 'setuptools', setuptools.__version__)"
+	$(COMPAT_PY) -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
+
+# requirements/jetson.txt resolves to CPython 3.10 aarch64 wheels with numpy < 2.
+jetson-resolve: $(STAMP)
+	$(PY) .ci/jetson_resolve.py requirements/jetson.txt
 
 bench: $(STAMP)
 	@echo "see docs/BENCHMARKS.md for each benchmark's command"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.rosenv import localhost_env
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
         DemoError: a process failed or did not finish in time (the message names its log).
     """
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "ROS_DOMAIN_ID": str(random.randint(1, 200)),
-           "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
+    env = {**localhost_env(), "ROS_DOMAIN_ID": str(random.randint(1, 200)),
+           "PYTHONUNBUFFERED": "1"}
     node_log = run_dir.parent / f"{run_dir.name}.planner_node.log"
     replay_log = run_dir.parent / f"{run_dir.name}.bag_replayer.log"
     params = {**config.params, "log_dir": str(run_dir), "label": config.label}

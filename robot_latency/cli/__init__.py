@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from robot_latency import __version__
-from robot_latency.cli import demo, floor, models, run
+from robot_latency.cli import demo, doctor, floor, models, run
 from robot_latency.errors import RobotLatencyError
 
 #: Command modules, in the order their commands appear in ``--help``.
-GROUPS = (floor, run, models, demo)
+GROUPS = (floor, run, models, demo, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

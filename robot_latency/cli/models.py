@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from robot_latency.cli import onnx
 from robot_latency.cli.common import UsageError, echo, positive_int, render_table, split_list
 
 
@@ -144,6 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mp.add_argument("--out", default=None)
     mp.add_argument("--seed", type=int, default=0)
     mp.set_defaults(func=cmd_models_synth)
+    onnx.register_models(msub)
 
     p = sub.add_parser("streams", help="command streams: make rosbag2 streams from the corpus")
     ssub = p.add_subparsers(dest="streams_command", required=True, metavar="ACTION")

@@ -7,8 +7,13 @@
     cannot be interrupted inside a run) ─► greedy pick (optionally masked by the planner's action
     grammar) ─► token stamped ─► run it ─► ...
 
-Providers are asked for explicitly, in order; those this onnxruntime build does not offer are
-skipped (logged), and the one that ran (``session.get_providers()[0]``) goes into :meth:`info`.
+Providers are asked for explicitly, in order; those this onnxruntime build does not offer, or
+that cannot initialise on this machine (a GPU provider without a CUDA device or its libraries:
+:mod:`robot_latency.engines.providers`), are left out (logged, with the reason in :meth:`info`),
+and the one that ran (``session.get_providers()[0]``) goes into :meth:`info`.
+
+The model: an ``.onnx`` file; a GGUF (F32/F16), or "" for the bundled planner, is exported once
+into the model cache and that export is loaded (:func:`resolve_onnx_model`).
 
 With ``io_binding`` the KV cache stays in the provider's memory as ``OrtValue`` objects from one
 run to the next (outputs bound to the device, fed back as inputs); only the logits come back to
@@ -45,6 +50,7 @@ from robot_latency.engines.base import (
     stop_after_token,
     stop_reason_now,
 )
+from robot_latency.engines.providers import choose_providers
 from robot_latency.plan.actions import (
     ACTIONS,
     COLORS,
@@ -71,7 +77,8 @@ class OnnxConfig:
     """Options of the ONNX Runtime engine; all recorded with every run.
 
     Args:
-        model_path: the ``.onnx`` decoder (FP32 or INT8) from ``export_onnx``/``export_all``.
+        model_path: the ``.onnx`` decoder (FP32 or INT8) from ``export_onnx``/``export_all``;
+            a GGUF or "" (the bundled planner): its FP32 export, built into the cache once.
         providers: execution providers to ask for, in order of preference.
         tokenizer_gguf: the GGUF whose vocabulary tokenizes prompts; "" = a GGUF with the same
             stem next to the ``.onnx`` (``planner.int8.onnx`` -> ``planner.gguf``), else the
@@ -84,7 +91,7 @@ class OnnxConfig:
         seed: sampling seed (only used when a request's temperature > 0).
     """
 
-    model_path: str
+    model_path: str = ""
     providers: tuple[str, ...] = DEFAULT_PROVIDERS
     tokenizer_gguf: str = ""
     intra_op_threads: int = 1
@@ -101,8 +108,6 @@ class OnnxConfig:
         if isinstance(self.providers, (list, str)):  # from YAML / a CLI flag
             object.__setattr__(self, "providers", tuple(
                 [self.providers] if isinstance(self.providers, str) else self.providers))
-        if not self.model_path:
-            raise bad("model_path", "an .onnx file is required")
         if not self.providers or not all(isinstance(p, str) and p for p in self.providers):
             raise bad("providers", "must be a non-empty tuple of provider names")
         if self.intra_op_threads < 1:
@@ -111,6 +116,26 @@ class OnnxConfig:
             raise bad("n_ctx", "must be >= 16")
         if self.chunk_tokens < 1:
             raise bad("chunk_tokens", "must be >= 1")
+
+
+def resolve_onnx_model(model_path: str) -> Path:
+    """Return the ``.onnx`` file to load for ``model_path``.
+
+    Args:
+        model_path: an ``.onnx`` file; a GGUF (its ONNX export, built into the model cache on
+            first use); or "" (the bundled planner's export, likewise).
+
+    Raises:
+        EngineError: the GGUF cannot be exported (quantized, unreadable).
+    """
+    if model_path and not model_path.endswith(".gguf"):
+        return Path(model_path)
+    from robot_latency.models.onnx_cache import OnnxCacheError, onnx_model_path
+
+    try:
+        return onnx_model_path(model_path or None)
+    except OnnxCacheError as err:
+        raise EngineError(f"onnx: {err}") from err
 
 
 def resolve_tokenizer_gguf(model_path: Path, tokenizer_gguf: str = "") -> Path:
@@ -237,19 +262,21 @@ class OnnxEngine:
         self.config = config
         self.clock = clock
         self.closed = False
-        path = Path(config.model_path)
+        path = resolve_onnx_model(config.model_path)
         self.model_path = path
         if not path.is_file():
             raise EngineError(f"onnx: no model file at {path}")
-        available = set(ort.get_available_providers())
         self.providers_requested = list(config.providers)
-        chosen = [p for p in config.providers if p in available]
-        self.providers_skipped = [p for p in config.providers if p not in available]
-        for p in self.providers_skipped:
-            log.info("onnx: provider %s is not available in this onnxruntime build; skipped", p)
+        choice = choose_providers(config.providers)
+        chosen = list(choice.usable)
+        self.providers_skipped = list(choice.dropped)
+        self.providers_dropped = dict(choice.dropped)
+        for name, why in choice.dropped.items():
+            log.info("onnx: provider %s skipped: %s", name, why)
         if not chosen:
-            raise EngineError(f"onnx: none of the providers {list(config.providers)} is "
-                              f"available (available: {sorted(available)})")
+            raise EngineError(f"onnx: none of the providers {list(config.providers)} can start "
+                              f"here: {choice.dropped} (available in this build: "
+                              f"{sorted(ort.get_available_providers())})")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = config.intra_op_threads
         opts.inter_op_num_threads = 1
@@ -508,6 +535,7 @@ class OnnxEngine:
                 "tokenizer_gguf_resolved": str(self.tokenizer_path),
                 "provider": self.provider, "providers_session": self.providers_session,
                 "providers_skipped": self.providers_skipped,
+                "providers_dropped": self.providers_dropped,
                 "providers_failed": self.providers_failed,
                 "kv_device": self._device, "n_layers": self.n_layers,
                 "onnxruntime": ort.__version__, "grammar": GRAMMAR_MASK}

@@ -47,6 +47,7 @@ from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Run
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
 from robot_latency.report.summary import summarize, write_summary
+from robot_latency.rosenv import ros_facts
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def _package_versions() -> dict[str, str | None]:
 
     out: dict[str, str | None] = {"robot_latency": __version__}
     for name in ("llama-cpp-python", "onnxruntime-gpu", "onnxruntime", "numpy", "gguf",
-                 "rosbags", "ros-kilted-rclpy"):
+                 "rosbags", "matplotlib", "onnx"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -332,6 +333,7 @@ class PlannerRun:
             "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
                            "engine_cpus_in_effect": getattr(self.runner, "worker_cpus", None)},
             "versions": _package_versions(),
+            "ros": ros_facts().to_dict(),
             "host": host_facts(),
             "started_unix": self.started_wall,
             **cfg.extra,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -307,8 +308,8 @@ def test_missing_bag_directory_names_the_path(tmp_path):
 
 
 def test_state_topic_gives_each_command_the_latest_state(tmp_path: Path) -> None:
-    commands = [Command(0, "stop", "a", state=None), Command(10, "go home", "b", state="docked"),
-                Command(20, "wait", "c", state=None), Command(30, "stop", "d", state="low battery")]
+    commands = [Command(0, "stop", "a"), Command(10, "go home", "b", state="docked"),
+                Command(20, "wait", "c"), Command(30, "stop", "d", state="low battery")]
     bag = write_bag(tmp_path / "bag", commands, state_topic="/robot/state")
     # Two String topics: the state topic is left out when the command topic is picked.
     stream = read_stream(bag, state_topic="/robot/state")

@@ -1,0 +1,44 @@
+"""``robot-latency doctor``: check this machine for the planner (OK/WARN/FAIL, each with a fix)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from robot_latency.doctor import DoctorInput, exit_status, run_checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Run the checks; print one line per finding; exit 1 when any failed."""
+    checks = run_checks(DoctorInput(
+        root=Path(args.root), params_file=Path(args.params_file) if args.params_file else None,
+        model=Path(args.model) if args.model else None,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else None))
+    if args.json:
+        sys.stdout.write(json.dumps([c.to_dict() for c in checks], indent=2) + "\n")
+    else:
+        sys.stdout.write("".join(c.line() + "\n" for c in checks))
+        failed = sum(c.status == "FAIL" for c in checks)
+        warned = sum(c.status == "WARN" for c in checks)
+        sys.stdout.write(f"{len(checks)} checks: {failed} FAIL, {warned} WARN\n")
+    return exit_status(checks)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``doctor`` command."""
+    p = sub.add_parser(
+        "doctor", help="check this machine for the planner: OK / WARN / FAIL with fixes",
+        description="Checks the Jetson module, nvpmodel mode and jetson_clocks, the ROS 2 distro "
+                    "and rclpy, llama.cpp's GPU offload, the ONNX Runtime providers that can "
+                    "start, the rtprio limit, CPUs and memory against a params file, and the "
+                    "model cache. Exits 1 when a check fails.")
+    p.add_argument("--params-file", default=None,
+                   help="node params file to check against (e.g. config/orin_nano_8gb.yaml)")
+    p.add_argument("--model", default=None, help="GGUF to check memory for (default: the "
+                                                 "params file's, else the bundled planner)")
+    p.add_argument("--root", default="/", help="read device files under DIR (fixture trees)")
+    p.add_argument("--cache-dir", default=None, help="model cache (default: the user cache)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)

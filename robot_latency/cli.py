@@ -607,6 +607,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=args.speed)
     _out("")
     _out(to_markdown(compare_runs(runs)))
+    from robot_latency.report.client import edge_markdown
+    _out("\n" + edge_markdown(runs))
     _out(f"\nreport with plots: {report}")
     _out(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return 0
@@ -620,6 +622,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = write_report(args.runs, out, reference=args.reference)
     _out(to_markdown(compare_runs(args.runs, reference=args.reference)))
     _out(f"\nreport: {report}")
+    if args.trace:
+        from robot_latency.report.trace import write_trace
+        _out(f"trace (Perfetto, chrome://tracing): {write_trace(args.runs, args.trace)}")
     return 0
 
 
@@ -866,6 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
     p.add_argument("--reference", default=None,
                    help="label of the run plans are compared against (default: the first)")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")

@@ -56,6 +56,7 @@ setup(
         "console_scripts": [
             "robot-latency = robot_latency.cli:main",
             "planner_node = robot_latency.ros.planner_node:main",
+            "managed_planner_node = robot_latency.ros.managed_planner_node:main",
             "bag_replayer = robot_latency.ros.bag_replayer:main",
         ],
     },

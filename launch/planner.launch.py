@@ -6,9 +6,15 @@
     ros2 launch robot_latency planner.launch.py engine:=sim device_profile:=orin-agx-64gb \
         deadline_ms:=80 period_ms:=100
 
+    ros2 launch robot_latency planner.launch.py managed:=true      # then, or by a lifecycle
+    ros2 lifecycle set /planner_node configure                     # manager (Nav2's):
+    ros2 lifecycle set /planner_node activate
+
 Every argument left empty keeps the value of the params file (or the node's default); a value
-given here overrides it. The node stops cleanly on Ctrl-C (cycles.jsonl flushed, summary.json
-written in log_dir).
+given here overrides it. ``managed:=true`` starts the managed (lifecycle) planner node: it waits
+unconfigured for ``configure`` (parameters checked, model loaded) and ``activate`` (planning);
+``deactivate`` closes the run. The plain node (the default) plans from the start. The node
+stops cleanly on Ctrl-C (cycles.jsonl flushed, summary.json written in log_dir).
 """
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -19,6 +25,7 @@ from launch_ros.actions import Node
 
 PACKAGE = "robot_latency"
 EXECUTABLE = "planner_node"
+MANAGED_EXECUTABLE = "managed_planner_node"
 
 # Launch argument -> planner_node parameter of the same name ("" keeps the params file's value).
 PLANNER_PARAMETERS = {
@@ -41,8 +48,12 @@ def _planner(context: LaunchContext) -> list[Node]:
         if value != "":
             overrides[name] = value  # numbers as strings are accepted by the node
     parameters = ([params_file] if params_file else []) + [overrides]
-    return [Node(package=PACKAGE, executable=EXECUTABLE, name="planner_node", output="screen",
-                 emulate_tty=True, parameters=parameters)]
+    managed = LaunchConfiguration("managed").perform(context).strip().lower()
+    if managed not in ("", "true", "false", "1", "0"):
+        raise ValueError(f"managed:={managed!r}: must be true or false")
+    return [Node(package=PACKAGE,
+                 executable=MANAGED_EXECUTABLE if managed in ("true", "1") else EXECUTABLE,
+                 name="planner_node", output="screen", emulate_tty=True, parameters=parameters)]
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -53,4 +64,8 @@ def generate_launch_description() -> LaunchDescription:
         "params_file", default_value="",
         description="planner_node params file (config/orin_agx_64gb.yaml, "
                     "config/orin_nano_8gb.yaml, config/host.yaml); empty: the node's defaults"))
+    arguments.append(DeclareLaunchArgument(
+        "managed", default_value="false",
+        description="true: the managed (lifecycle) planner node, driven through "
+                    "configure/activate/deactivate/cleanup; false: the plain node"))
     return LaunchDescription([*arguments, OpaqueFunction(function=_planner)])

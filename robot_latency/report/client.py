@@ -245,8 +245,9 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
     lines = ["## Reaction time at the client edge", "",
              "Command sent (bag_replayer) to its plan received by the replayer's subscriber, "
              "against the planner's own arrival-to-publish time; the difference is DDS both "
-             "ways, serialisation and both executors. " + SAME_HOST_CLOCK_NOTE.capitalize()
-             + ". A receiver miss is a command without its own plan within the deadline.", "",
+             "ways, serialisation and both executors. " + SAME_HOST_CLOCK_NOTE[0].upper()
+             + SAME_HOST_CLOCK_NOTE[1:] + ". A receiver miss is a command without its own plan "
+             "within the deadline.", "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for e in edges:
         s = e.summary

@@ -23,7 +23,8 @@ CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES,
                    "managed_planner_node": PLANNER_NAMES}
 PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
-                            "device_profile", "params_file", "log_dir", "managed"}
+                            "device_profile", "params_file", "log_dir", "managed",
+                            "autostart"}
 
 
 def _console_scripts() -> set[str]:
@@ -77,7 +78,7 @@ def test_launch_file_names_only_what_exists(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     scripts = _console_scripts()
     assert {"planner_node", "bag_replayer"} <= scripts
-    nodes = _calls(tree, "Node")
+    nodes = _calls(tree, "Node") + _calls(tree, "LifecycleNode")
     assert nodes, f"{path.name} starts no node"
     for call in nodes:
         executable = _keyword(call, "executable")

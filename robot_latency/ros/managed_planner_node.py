@@ -9,7 +9,8 @@ lifecycle manager (Nav2's, ``ros2 lifecycle set``) through the standard services
                                              engine that cannot load it stays unconfigured and
                                              logs the reason (also in :attr:`last_error`)
     inactive --activate--> active            a run starts: run directory, loop thread, plans
-                                             and cycle records published (lifecycle publishers)
+                                             and cycle records published (lifecycle publishers),
+                                             health on /diagnostics as the plain node's
     active --deactivate--> inactive          the loop stops after its current cycle; the run is
                                              closed (cycles.jsonl flushed, summary.json
                                              written); the model stays loaded
@@ -33,7 +34,7 @@ import logging
 import sys
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -44,6 +45,7 @@ from robot_latency.planner.session import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import untag_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.params import PLANNER_PARAMS, ParamError, PlannerSettings, planner_settings
@@ -81,6 +83,9 @@ class ManagedPlannerNode(LifecycleNode):
         self._plan_pub: Any = None
         self._cycle_pub: Any = None
         self._sub: Any = None
+        self._diag_timer: Any = None
+        self.window: CycleWindow | None = None
+        self.tracker: DiagnosticsTracker | None = None
         # Declared now (ros2 param works in every state); read and validated at configure.
         try:
             declare_table(self, PLANNER_PARAMS)
@@ -109,11 +114,7 @@ class ManagedPlannerNode(LifecycleNode):
     def _refuse(self, message: str) -> TransitionCallbackReturn:
         self.last_error = message
         self.get_logger().error(message)
-        status = DiagnosticStatus(level=DiagnosticStatus.ERROR, name=f"{self.get_name()}: "
-                                  "lifecycle", message=message)
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(array)
+        self._diag_pub.publish(self._array([StatusReport("lifecycle", 2, message, {})]))
         return FAILURE
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -129,6 +130,8 @@ class ManagedPlannerNode(LifecycleNode):
             return self._refuse(f"configure failed: {err}")
         self.settings, self.runner, self.last_error = settings, runner, None
         cfg = settings.run
+        self.window = CycleWindow(settings.diagnostics.diagnostics_window)
+        self.tracker = DiagnosticsTracker(deadline_ms=cfg.planner.deadline_ms)
         for note in settings.notes:
             self.get_logger().info(note)
         self._plan_pub = self.create_lifecycle_publisher(String, PLAN_TOPIC,
@@ -167,6 +170,8 @@ class ManagedPlannerNode(LifecycleNode):
             super().on_deactivate(state)
             return self._refuse(f"activate failed: planner loop could not start: {err}")
         self.driver, self.activations = driver, n
+        self._diag_timer = self.create_timer(self.settings.diagnostics_period_s,
+                                             self._publish_diagnostics)
         self.get_logger().info(f"active: run {n} in {run_cfg.log_dir}")
         return SUCCESS
 
@@ -195,6 +200,9 @@ class ManagedPlannerNode(LifecycleNode):
 
     # --- helpers -------------------------------------------------------------------------------
     def _close_run(self) -> None:
+        if self._diag_timer is not None:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = None
         if self.driver is not None:
             summary = self.driver.close()
             self.summaries.append(summary)
@@ -228,7 +236,31 @@ class ManagedPlannerNode(LifecycleNode):
         self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
 
     def _on_record(self, rec: CycleRecord) -> None:
+        if self.window is not None:
+            self.window.add(rec)
         self._cycle_pub.publish(String(data=rec.to_json()))
+
+    def _array(self, reports: list[StatusReport]) -> DiagnosticArray:
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        hardware_id = self.settings.run.target_device if self.settings is not None else ""
+        for r in reports:
+            status = DiagnosticStatus(level=bytes([r.level]), name=f"{self.get_name()}: {r.name}",
+                                      message=r.message, hardware_id=hardware_id)
+            status.values = [KeyValue(key=k, value=v) for k, v in r.values.items()]
+            array.status.append(status)
+        return array
+
+    def _publish_diagnostics(self) -> None:
+        """Publish the same health reports as the plain node (while a run is active)."""
+        driver, window, tracker = self.driver, self.window, self.tracker
+        if driver is None or window is None or tracker is None or self.settings is None:
+            return
+        reports = tracker.evaluate(window.snapshot(), self.settings.diagnostics,
+                                   engine=driver.engine_state(),
+                                   mailbox=driver.loop.mailbox.counters())
+        reports[0].values["cycles_total"] = str(window.total)
+        self._diag_pub.publish(self._array(reports))
 
 
 def _with_log_dir(cfg: Any, log_dir: Any) -> Any:

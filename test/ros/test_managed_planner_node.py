@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.context import Context
@@ -53,6 +54,13 @@ class Manager:
         self.plans: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.node.create_subscription(String, "/planner/plan", self._plan, qos)
+        self.diagnostics: list[tuple[str, int, str]] = []
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, 100)
+
+    def _diag(self, msg: DiagnosticArray) -> None:
+        with self.lock:
+            self.diagnostics += [(s.name, s.level[0] if isinstance(s.level, bytes) else s.level,
+                                  s.message) for s in msg.status]
 
     def _plan(self, msg: String) -> None:
         with self.lock:
@@ -124,9 +132,15 @@ def test_a_bad_model_path_fails_configure_and_leaves_it_unconfigured(
                              "log_dir": str(tmp_path / "run")})
     try:
         assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        _wait(lambda: manager.node.count_publishers("/diagnostics") > 0, 30,
+              "the node's /diagnostics publisher")
+        time.sleep(0.5)  # let the match complete: /diagnostics is volatile
         assert not manager.transition(Transition.TRANSITION_CONFIGURE)
         assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
         assert proc.poll() is None  # the node lives on, ready for a corrected configure
+        error = _wait(lambda: [d for d in manager.diagnostics if d[0].endswith(": lifecycle")],
+                      10, "the ERROR diagnostic")
+        assert error[0][1] == DiagnosticStatus.ERROR[0] and "missing.gguf" in error[0][2]
     finally:
         assert _stop(proc) == 0
     log = (tmp_path / "node.log").read_text()
@@ -155,6 +169,8 @@ def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path)
             manager.pub.publish(String(data=f"go to the kitchen {i}"))
             time.sleep(0.4)
         _wait(lambda: len(manager.plans) >= 3, 60, "plans while active")
+        _wait(lambda: any(d[0] == "planner_node: deadline" for d in manager.diagnostics), 30,
+              "health on /diagnostics while active")
         assert manager.transition(Transition.TRANSITION_DEACTIVATE)
         assert manager.state() == State.PRIMARY_STATE_INACTIVE
         # The run closed by deactivate is complete: summary agrees with the flushed records.

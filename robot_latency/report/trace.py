@@ -8,7 +8,9 @@ One process per run directory (named by its label), with:
   (:func:`robot_latency.report.phases.cycle_spans`: ``sample`` and ``grammar`` inside ``decode``,
   never after it). A skipped cycle is a zero-length slice.
 - thread ``engine worker`` (tid 2): one slice per generation (tokenize to the last token), with
-  the engine's phases nested, and an instant where the engine reported an error.
+  the engine's phases nested; ``generate (no trace)`` where the loop gave up on the engine before
+  it returned (from the cycle's start to the fallback); an instant where the engine reported an
+  error.
 - thread ``client`` (tid 3), when the run has a ``client.jsonl``: an instant per plan received
   at the subscriber.
 - instant events (``"ph": "i"``, thread scope) on the loop's track: ``command`` at each new
@@ -120,6 +122,12 @@ def run_events(records: Sequence[CycleRecord], *, pid: int, label: str, origin_n
               stop_reason=rec.stop_reason)
             for s in engine:
                 x(ENGINE_TID, s.name, s.start_ns, s.end_ns, "engine", cycle=rec.cycle)
+        elif rec.fallback_reason in ("deadline", "engine_error") and rec.started_ns is not None:
+            # The loop gave up on the engine before it returned a trace: show the wait.
+            fb = next((s for s in spans if s.name == "fallback"), None)
+            end = fb.start_ns if fb is not None else (rec.published_ns or rec.deadline_ns)
+            x(ENGINE_TID, "generate (no trace)", rec.started_ns, max(end, rec.started_ns),
+              "engine", cycle=rec.cycle, outcome=rec.fallback_reason, error=rec.engine_error)
         if rec.engine_error:
             at = rec.published_ns if rec.published_ns is not None else rec.deadline_ns
             instant(ENGINE_TID, "engine error", at, cycle=rec.cycle, error=rec.engine_error)

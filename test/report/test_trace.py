@@ -176,3 +176,21 @@ def test_phase_timeline_draws_nested_phases_inside_decode(
     right_ms = max(p.get_x() + p.get_width() for p in drawn)
     # laid end to end, sample and grammar would push the bars 16 ms past the publish
     assert right_ms == pytest.approx((rec.published_ns + MS // 10) / MS)
+
+
+def test_a_cycle_that_gave_up_on_the_engine_shows_the_wait_on_the_engine_track() -> None:
+    from robot_latency.report.trace import run_events
+
+    rec = CycleRecord(run_id="r", cycle=3, scheduled_ns=0, deadline_ns=400 * MS,
+                      started_ns=MS, published_ns=398 * MS, command_id="c3",
+                      command_arrival_ns=0, phases_ns={"queue": MS, "fallback": MS // 10,
+                                                       "publish": MS // 10},
+                      plan_source="fallback", fallback_reason="deadline",
+                      fallback_policy="rule")
+    events = run_events([rec], pid=1, label="x", origin_ns=0)
+    wait = [e for e in events if e["ph"] == "X" and e["name"] == "generate (no trace)"]
+    assert len(wait) == 1 and wait[0]["tid"] == ENGINE_TID
+    fallback = next(e for e in events if e["ph"] == "X" and e["name"] == "fallback")
+    assert wait[0]["ts"] == 1000.0 and wait[0]["ts"] + wait[0]["dur"] == fallback["ts"]
+    marks = [e["name"] for e in events if e["ph"] == "i"]
+    assert marks.count("fallback") == 1 and marks.count("miss") == 0  # published in time

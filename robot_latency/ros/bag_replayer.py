@@ -7,12 +7,12 @@ one absolute start time (see :mod:`robot_latency.ros.pacing`), so a late publish
 the rest: the planner sees the arrival process that was recorded. With ``planner_node`` this is
 the whole pipeline, DDS included.
 
-It is also the client edge: it subscribes to ``planner/plan``, matches each plan to the command
-it answers by ``command_id`` (each command is sent tagged with its id, see
-:mod:`robot_latency.ros.client_edge`) and, with ``client_log_dir`` set, writes ``client.jsonl``
-(sent and received times, plan source; superseded and unanswered commands as such) and
-``client_summary.json`` (``reaction_client_ms`` percentiles, the receiver-side miss rate with
-its Wilson interval, plans matching no sent command) there.
+With ``client_log_dir`` set it is also the client edge: it sends each command tagged with its id
+(see :mod:`robot_latency.ros.client_edge`), subscribes to ``planner/plan``, matches each plan
+to the command it answers by ``command_id``, and writes ``client.jsonl`` (sent and received
+times, plan source; superseded and unanswered commands as such) and ``client_summary.json``
+(``reaction_client_ms`` percentiles, the receiver-side miss rate with its Wilson interval,
+plans matching no sent command) there. Without it, commands go out as plain text.
 
     bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0 -p client_log_dir:=runs/r1
     ros2 run robot_latency bag_replayer --ros-args -p bag:=/data/session.mcap -p loop_count:=3
@@ -85,9 +85,11 @@ class BagReplayerNode(Node):
         # executor's delay, as a robot's controller would feel it.
         self.tracker = ClientTracker(deadline_ms=s.deadline_ms)
         self._tagged_send = make_sender(self.tracker, self.send)
-        self.plan_sub = self.create_subscription(
-            String, PLAN_TOPIC, self._on_plan,
-            QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+        self.client_edge = s.client_log_dir is not None
+        if self.client_edge:
+            self.plan_sub = self.create_subscription(
+                String, PLAN_TOPIC, self._on_plan,
+                QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
@@ -111,7 +113,7 @@ class BagReplayerNode(Node):
         self.tracker.received(msg.data)
 
     def write_client_log(self) -> dict[str, Any]:
-        """Log the client-edge summary; write client.jsonl and client_summary.json if asked."""
+        """Log the client-edge summary; write client.jsonl and client_summary.json."""
         summary = self.tracker.summary()
         c = summary["reaction_client_ms"]
 
@@ -123,14 +125,13 @@ class BagReplayerNode(Node):
             f"({summary['answered_late']} late), {summary['superseded']} superseded, "
             f"{summary['unanswered']} unanswered, {summary['plans_unmatched']} unmatched plans; "
             f"reaction p50 {fmt(c['p50'])} ms, p99 {fmt(c['p99'])} ms (n={c['n']})")
-        if self.settings.client_log_dir is not None:
+        out = self.settings.client_log_dir
+        if out is not None:
             try:
-                path = write_client_log(self.tracker.records(), summary,
-                                        self.settings.client_log_dir)
+                path = write_client_log(self.tracker.records(), summary, out)
                 self.get_logger().info(f"client log written: {path}")
             except OSError as err:
-                self.get_logger().error(f"cannot write the client log in "
-                                        f"{self.settings.client_log_dir}: {err}")
+                self.get_logger().error(f"cannot write the client log in {out}: {err}")
         return summary
 
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
                              loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
             pacer = Pacer(sends, node.send,
-                          send_item=node.send_item if s.tag_commands else None)
+                          send_item=node.send_item if node.client_edge else None)
             pacer.start()
             spin_until(executor, stop, done=pacer.done.is_set)
             pacer.stop()
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             spin_until(executor, stop, deadline_s=time.monotonic() + s.tail_s)
             if s.stay_alive:
                 spin_until(executor, stop)
-            if s.tag_commands:
+            if node.client_edge:
                 node.write_client_log()
             executor.remove_node(node)
             failed = pacer.report.failed or pacer.report.sent < len(sends)

@@ -204,11 +204,10 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
           low=0.0, high=3600.0),
     _spec("stay_alive", False, "bool", "keep running after the replay instead of exiting"),
     _spec("client_log_dir", "", "string",
-          "write client.jsonl and client_summary.json (plans received per command) here; "
-          "usually the planner's run directory; empty: only log the summary"),
-    _spec("tag_commands", True, "bool",
-          "send each command tagged with its id ({\"command_id\", \"text\"} JSON), so plans "
-          "are matched to commands at the client edge; false: plain text, no matching"),
+          "measure at the client edge and write client.jsonl and client_summary.json here "
+          "(usually the planner's run directory): each command is sent tagged with its id "
+          "({\"command_id\", \"text\"} JSON) and plans are matched to it; empty: plain "
+          "text commands, nothing measured"),
     _spec("deadline_ms", 0.0, "double",
           "deadline for the receiver-side miss rate (ms); 0: the one the plans carry",
           low=0.0, high=3_600_000.0),
@@ -498,7 +497,6 @@ class ReplayerSettings:
     tail_s: float
     stay_alive: bool
     client_log_dir: Path | None = None
-    tag_commands: bool = True
     deadline_ms: float | None = None
 
 
@@ -521,5 +519,4 @@ def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
                             stay_alive=v["stay_alive"],
                             client_log_dir=(Path(v["client_log_dir"]).expanduser()
                                             if v["client_log_dir"].strip() else None),
-                            tag_commands=v["tag_commands"],
                             deadline_ms=v["deadline_ms"] or None)

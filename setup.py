@@ -73,7 +73,7 @@ setup(
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
     # Explicit depths: setuptools < 62.3 (Ubuntu 22.04 has 59.6) does not expand "**".
-    package_data={PACKAGE: ["data/*", "data/models/*", "data/streams/*/*"]},
+    package_data={PACKAGE: ["data/*", "data/models/*", "data/profiles/*", "data/streams/*/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -92,6 +92,7 @@ setup(
         "console_scripts": [
             "robot-latency = robot_latency.cli:main",
             "planner_node = robot_latency.ros.planner_node:main",
+            "managed_planner_node = robot_latency.ros.managed_planner_node:main",
             "bag_replayer = robot_latency.ros.bag_replayer:main",
         ],
     },

@@ -4,8 +4,10 @@ For each configuration (a model file at a quantization level, or a simulated dev
 ``planner_node`` and the ``bag_replayer`` as separate processes talking over DDS (Fast DDS,
 loopback only, a private domain id), waits until the stream has played, stops the node with
 SIGINT (it flushes its cycle log and writes ``summary.json``), then compares the run directories
-and writes the report. The node and the replayer are exactly what ``ros2 launch robot_latency
-replay.launch.py`` starts on a robot; only the launch system is replaced by this function.
+and writes the report, with the reaction time the replayer measured at the client edge
+(``client.jsonl`` in each run directory) and the runs as a Perfetto trace (``trace.json``).
+The node and the replayer are exactly what ``ros2 launch robot_latency replay.launch.py``
+starts on a robot; only the launch system is replaced by this function.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
                       node_log)
             replayer = subprocess.run(
                 [_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
-                                                   "tail_s": tail_s})],
+                                                   "tail_s": tail_s,
+                                                   "client_log_dir": str(run_dir)})],
                 env=env, stdout=rlog, stderr=subprocess.STDOUT, timeout=play_timeout_s,
                 check=False)
             if replayer.returncode != 0:
@@ -117,6 +120,7 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
     """
     from robot_latency.report.compare import compare_runs, to_csv, to_json
     from robot_latency.report.markdown import write_report
+    from robot_latency.report.trace import write_trace
 
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = []
@@ -130,6 +134,7 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
     to_csv(rows, out_dir / "comparison.csv")
     to_json(rows, out_dir / "comparison.json")
     report = write_report(run_dirs, out_dir / "report")
+    write_trace(run_dirs, out_dir / "report" / "trace.json")
     (out_dir / "demo.json").write_text(json.dumps(
         {"stream": str(stream), "speed": speed, "runs": [str(p) for p in run_dirs],
          "report": str(report)}, indent=2) + "\n")
@@ -182,6 +187,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         ensure_inflated,
     )
     from robot_latency.planner.budget import available_cpus
+    from robot_latency.report.client import edge_markdown
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.table import markdown_table
     from robot_latency.streams import SHIPPED_DIR
@@ -226,6 +232,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed)
     say("")
     say(to_markdown(compare_runs(runs)))
+    say("\n" + edge_markdown(runs))
     say(f"\nreport with plots: {report}")
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return report

@@ -33,5 +33,14 @@ def test_two_configurations_through_ros(tmp_path: Path) -> None:
     rows = json.loads((tmp_path / "demo" / "comparison.json").read_text())["rows"]
     assert [r["label"] for r in rows] == ["sim orin-agx-64gb", "sim orin-nano-4gb"]
     assert report.exists() and (report.parent / "itl_cdf.png").stat().st_size > 1000
+    # Both sides per configuration: the replayer's client log beside each run, in the report.
+    for run in runs:
+        client = [json.loads(line) for line in (run / "client.jsonl").read_text().splitlines()]
+        assert len(client) == 8 and client[-1]["status"] == "answered"
+    text = report.read_text()
+    assert "## Reaction time at the client edge" in text
+    assert all(f"| {c.label} |" in text for c in configs)
+    trace = json.loads((report.parent / "trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {1, 2}
     with pytest.raises(DemoError, match="exists"):
         run_demo(configs, stream=bag, out_dir=tmp_path / "demo")

@@ -50,7 +50,7 @@ def test_prefix_install_puts_streams_launch_config_and_executables_in_place(
     assert done.returncode == 0, f"setuptools {setuptools.__version__}:\n{done.stderr}"
     site = Path(sysconfig.get_path("purelib", vars={"base": str(prefix),
                                                     "platbase": str(prefix)}))
-    assert (site / PACKAGE / "cli.py").is_file(), f"no package under {site}"
+    assert (site / PACKAGE / "cli" / "__init__.py").is_file(), f"no package under {site}"
     shipped = _shipped_data()
     assert any(p.suffix == ".mcap" for p in shipped) and any(p.suffix == ".gguf" for p in shipped)
     missing = [str(p) for p in shipped if not (site / PACKAGE / p).is_file()]

@@ -47,7 +47,8 @@ def test_setup_installs_ament_files_and_console_scripts() -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and " = " in node.value
         and ":" in node.value
     }
-    assert set(scripts) == {"robot-latency", "planner_node", "bag_replayer"}
+    assert set(scripts) == {"robot-latency", "planner_node", "bag_replayer",
+                            "managed_planner_node"}
     for target in scripts.values():
         module, func = target.split(":")
         mod = __import__(module, fromlist=[func])

@@ -223,6 +223,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = write_report(args.runs, out, reference=args.reference)
     echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
     echo(f"\nreport: {report}")
+    if args.trace:
+        from robot_latency.report.trace import write_trace
+
+        echo(f"trace (Perfetto, chrome://tracing): {write_trace(args.runs, args.trace)}")
     return 0
 
 
@@ -320,6 +324,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
     p.add_argument("--reference", default=None,
                    help="label of the run plans are compared against (default: the first)")
+    p.add_argument("--trace", default=None, metavar="FILE.json",
+                   help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("profiles", help="list the shipped planner profiles")

@@ -205,6 +205,7 @@ class PlannerLoop:
             "cycle": cycle, "command_id": rec.command_id, "source": rec.plan_source,
             "fallback_reason": rec.fallback_reason, "plan": plan,
             "deadline_met": published <= deadline, "e2e_ms": (published - scheduled_ns) / 1e6,
+            "deadline_ms": self.config.deadline_ns / 1e6,
         }
         try:
             self.publish(envelope)

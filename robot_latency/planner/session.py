@@ -175,6 +175,37 @@ class FloorPredictor:
                 for key, d in (("host", self.host), ("target", self.target))}
 
 
+def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
+    """Start the run's engine runner (the model loaded; a worker process for ``process``).
+
+    Raises:
+        RunError: the CPU budget is invalid or the engine cannot load.
+    """
+    try:
+        cfg.cpu.check()
+    except BudgetError as err:
+        raise RunError(f"cpu budget: {err}") from err
+    try:
+        if cfg.runner == "inline":
+            engine = create_engine(cfg.engine, clock=clock, **cfg.engine_options)
+            return InlineRunner(engine, clock=clock)
+        runner = ProcessRunner(cfg.engine, cfg.engine_options,
+                               hang_timeout_ms=cfg.hang_timeout_ms, clock=clock,
+                               worker_nice=cfg.cpu.engine_nice,
+                               worker_cpus=cfg.cpu.resolved_engine_cpus())
+        runner.start()
+        return runner
+    except (EngineError, RuntimeError) as err:
+        raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
+
+
+def close_runner(runner: Runner) -> None:
+    """Stop a runner's engine (its worker process), if it has one to stop."""
+    close = getattr(runner, "close", None)
+    if close is not None:
+        close()
+
+
 class PlannerRun:
     """A planner run writing to a run directory (a context manager).
 
@@ -185,7 +216,8 @@ class PlannerRun:
 
     def __init__(self, config: RunConfig, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
                  sleep_until: Callable[[int], None] | None = None,
-                 on_record: Callable[[CycleRecord], None] | None = None) -> None:
+                 on_record: Callable[[CycleRecord], None] | None = None,
+                 runner: Runner | None = None) -> None:
         self.config = config
         self.on_record = on_record
         self.clock = clock
@@ -196,7 +228,9 @@ class PlannerRun:
         except RobotLatencyError as err:
             raise RunError(f"planner profile: {err}") from err
         self.floor = self._make_floor()
-        self.runner = self._make_runner()
+        # A runner handed in (a managed node's, loaded at configure) outlives this run.
+        self.owns_runner = runner is None
+        self.runner = make_runner(config, clock) if runner is None else runner
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
         self.loop_thread: dict[str, Any] = loop_thread_state()
         self._steal_s = _host_steal_s()
@@ -234,25 +268,6 @@ class PlannerRun:
                                   get_device(cfg.target_device))
         except FloorError as err:
             raise RunError(f"floor model: {err}") from err
-
-    def _make_runner(self) -> Runner:
-        cfg = self.config
-        try:
-            cfg.cpu.check()
-        except BudgetError as err:
-            raise RunError(f"cpu budget: {err}") from err
-        try:
-            if cfg.runner == "inline":
-                engine = create_engine(cfg.engine, clock=self.clock, **cfg.engine_options)
-                return InlineRunner(engine, clock=self.clock)
-            runner = ProcessRunner(cfg.engine, cfg.engine_options,
-                                   hang_timeout_ms=cfg.hang_timeout_ms, clock=self.clock,
-                                   worker_nice=cfg.cpu.engine_nice,
-                                   worker_cpus=cfg.cpu.resolved_engine_cpus())
-            runner.start()
-            return runner
-        except (EngineError, RuntimeError) as err:
-            raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
 
     def enter_loop_thread(self) -> dict[str, Any]:
         """Apply the CPU budget to the calling thread, the one about to run the loop, and
@@ -353,9 +368,8 @@ class PlannerRun:
         if self.loop_thread.get("gc_frozen_objects"):
             gc.unfreeze()  # the start-up heap is collectable again once the loop is over
         self.sink.close()
-        close = getattr(self.runner, "close", None)
-        if close is not None:
-            close()
+        if self.owns_runner:
+            close_runner(self.runner)
         try:
             records = read_records(self.log_dir / "cycles.jsonl")
         except RecordError as err:

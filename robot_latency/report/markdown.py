@@ -12,6 +12,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from robot_latency.report.client import (
+    EdgeComparison,
+    edge_section,
+    load_edges,
+    plot_reaction_cdf,
+)
 from robot_latency.report.compare import compare_loaded, to_csv, to_json, to_markdown
 from robot_latency.report.diagnose import (
     CAUSES,
@@ -37,6 +43,7 @@ _PLOT_TITLES = {
     "miss_rate.png": "Miss rate with 95% intervals",
     "phase_timeline.png": "Phase timeline of the slowest cycles",
     "measured_vs_predicted.png": "Measured vs predicted ITL",
+    "reaction_cdf.png": "Reaction time CDF: client edge against planner",
 }
 
 
@@ -109,7 +116,8 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
 
 
 def render_report(runs: Sequence[RunData], table_md: str,
-                  plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis]) -> str:
+                  plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
+                  edges: Sequence[EdgeComparison] = ()) -> str:
     """Return the report's Markdown text; plot links are relative to the report."""
     lines = ["# Latency report", ""]
     asap = [r.label for r in runs if replay_mode(r) == "asap"]
@@ -122,6 +130,7 @@ def render_report(runs: Sequence[RunData], table_md: str,
               "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
               "ITL p50. Data: [comparison.csv](comparison.csv), "
               "[comparison.json](comparison.json).", ""]
+    lines += edge_section(edges)
     lines += ["## Plots", ""]
     for name, path in plots.items():
         title = _PLOT_TITLES.get(name, name)
@@ -171,9 +180,12 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     plots = write_plots(runs, out)
+    edges = load_edges(runs, run_dirs)
+    if edges:
+        plots["reaction_cdf.png"] = plot_reaction_cdf(edges, out / "reaction_cdf.png")
     # each record's own deadline budget is the truth; the manifest's is only a label
     diagnoses = [diagnose(r.records) for r in runs]
-    text = render_report(runs, to_markdown(rows), plots, diagnoses)
+    text = render_report(runs, to_markdown(rows), plots, diagnoses, edges)
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.diagnose import is_deadline_miss, is_model_miss, ordered_phases
+from robot_latency.report.phases import cycle_spans
 from robot_latency.report.rundir import (
     RunData,
     deadline_ms,
@@ -169,10 +170,12 @@ def plot_miss_rate(runs: Runs,
 def plot_phase_timeline(runs: Runs,
                         path: str | os.PathLike[str], *,
                         n_slowest: int = TIMELINE_CYCLES) -> Path | None:
-    """Plot the phases of each run's ``n_slowest`` cycles as stacked bars, with the deadline.
+    """Plot the phases of each run's ``n_slowest`` cycles on their timeline, with the deadline.
 
-    One panel per configuration; a bar per cycle (slowest at the top), its phases laid end to
-    end in cycle order. Cycles are ranked by scheduled-to-published time.
+    One panel per configuration; a bar per cycle (slowest at the top). Each phase is drawn where
+    it ran (:func:`robot_latency.report.phases.cycle_spans`); a phase that is part of another
+    (``sample`` and ``grammar`` inside ``decode``) is a thinner bar inside its parent, never laid
+    after it. Cycles are ranked by scheduled-to-published time.
     """
     panels = []
     for run in _runs(runs):
@@ -192,18 +195,18 @@ def plot_phase_timeline(runs: Runs,
     shown: set[str] = set()
     for ax, (run, recs) in zip(axes, panels, strict=True):
         y = np.arange(len(recs))
-        left = np.zeros(len(recs))
-        for name in names:
-            widths = np.array([r.phases_ns.get(name, 0) / 1e6 for r in recs])
-            if not widths.any():
-                continue
-            ax.barh(y, widths, left=left, color=colours[name],
-                    label=None if name in shown else name)
-            shown.add(name)
-            left += widths
+        for i, rec in enumerate(recs):
+            for span in cycle_spans(rec):
+                # Nested phases: thinner, drawn over their parent (parents come first).
+                h = 0.8 * 0.6 ** span.depth
+                ax.barh(i, span.dur_ns / 1e6, left=(span.start_ns - rec.scheduled_ns) / 1e6,
+                        height=h, color=colours[span.name], zorder=2 + span.depth,
+                        label=None if span.name in shown else
+                        (span.name if span.parent is None else f"{span.name} (in {span.parent})"))
+                shown.add(span.name)
         # the publish time, where the phases do not account for all of the cycle
         ax.scatter([(r.cycle_ns or 0) / 1e6 for r in recs], y, marker="|", s=120, color="black",
-                   zorder=3, label=None if "published" in shown else "published")
+                   zorder=6, label=None if "published" in shown else "published")
         shown.add("published")
         d = deadline_ms(run)
         if d is not None:

@@ -7,7 +7,14 @@ one absolute start time (see :mod:`robot_latency.ros.pacing`), so a late publish
 the rest: the planner sees the arrival process that was recorded. With ``planner_node`` this is
 the whole pipeline, DDS included.
 
-    bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0
+With ``client_log_dir`` set it is also the client edge: it sends each command tagged with its id
+(see :mod:`robot_latency.ros.client_edge`), subscribes to ``planner/plan``, matches each plan
+to the command it answers by ``command_id``, and writes ``client.jsonl`` (sent and received
+times, plan source; superseded and unanswered commands as such) and ``client_summary.json``
+(``reaction_client_ms`` percentiles, the receiver-side miss rate with its Wilson interval,
+plans matching no sent command) there. Without it, commands go out as plain text.
+
+    bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0 -p client_log_dir:=runs/r1
     ros2 run robot_latency bag_replayer --ros-args -p bag:=/data/session.mcap -p loop_count:=3
 
 Exit status: 0 when every command was sent, 1 when the stream cannot be read or a send failed,
@@ -26,9 +33,11 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from robot_latency.report.client import write_client_log
+from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.main_util import ros_main, spin_until
-from robot_latency.ros.pacing import Pacer, schedule
+from robot_latency.ros.pacing import Pacer, Send, schedule
 from robot_latency.ros.params import REPLAYER_PARAMS, ParamError, replayer_settings
 from robot_latency.streams import CommandStream, StreamError, read_stream
 
@@ -36,6 +45,7 @@ log = logging.getLogger(__name__)
 
 NODE_NAME = "bag_replayer"
 COMMAND_TOPIC = "planner/command"
+PLAN_TOPIC = "planner/plan"
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PARAMETER = 0, 1, 2
 
@@ -71,6 +81,15 @@ class BagReplayerNode(Node):
         self.publisher = self.create_publisher(
             String, COMMAND_TOPIC, QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         s = self.settings
+        # The client edge: the receive time is read in the callback, so it includes this
+        # executor's delay, as a robot's controller would feel it.
+        self.tracker = ClientTracker(deadline_ms=s.deadline_ms)
+        self._tagged_send = make_sender(self.tracker, self.send)
+        self.client_edge = s.client_log_dir is not None
+        if self.client_edge:
+            self.plan_sub = self.create_subscription(
+                String, PLAN_TOPIC, self._on_plan,
+                QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
@@ -84,6 +103,36 @@ class BagReplayerNode(Node):
     def send(self, text: str) -> None:
         """Publish one command."""
         self.publisher.publish(String(data=text))
+
+    def send_item(self, item: Send) -> None:
+        """Publish one scheduled command, tagged with a unique id (``<stream id>@<play>``)."""
+        self._tagged_send(f"{item.command_id}@{item.play}", item.text,
+                          stream_command_id=item.command_id, play=item.play)
+
+    def _on_plan(self, msg: String) -> None:
+        self.tracker.received(msg.data)
+
+    def write_client_log(self) -> dict[str, Any]:
+        """Log the client-edge summary; write client.jsonl and client_summary.json."""
+        summary = self.tracker.summary()
+        c = summary["reaction_client_ms"]
+
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.1f}"
+
+        self.get_logger().info(
+            f"client edge: {summary['commands']} commands, {summary['answered']} answered "
+            f"({summary['answered_late']} late), {summary['superseded']} superseded, "
+            f"{summary['unanswered']} unanswered, {summary['plans_unmatched']} unmatched plans; "
+            f"reaction p50 {fmt(c['p50'])} ms, p99 {fmt(c['p99'])} ms (n={c['n']})")
+        out = self.settings.client_log_dir
+        if out is not None:
+            try:
+                path = write_client_log(self.tracker.records(), summary, out)
+                self.get_logger().info(f"client log written: {path}")
+            except OSError as err:
+                self.get_logger().error(f"cannot write the client log in {out}: {err}")
+        return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             start_ns = time.perf_counter_ns()
             sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
                              loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
-            pacer = Pacer(sends, node.send)
+            pacer = Pacer(sends, node.send,
+                          send_item=node.send_item if node.client_edge else None)
             pacer.start()
             spin_until(executor, stop, done=pacer.done.is_set)
             pacer.stop()
@@ -121,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             spin_until(executor, stop, deadline_s=time.monotonic() + s.tail_s)
             if s.stay_alive:
                 spin_until(executor, stop)
+            if node.client_edge:
+                node.write_client_log()
             executor.remove_node(node)
             failed = pacer.report.failed or pacer.report.sent < len(sends)
             return EXIT_FAILED if failed and not stop.is_set() else EXIT_OK

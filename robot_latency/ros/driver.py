@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from robot_latency.planner.loop import Runner
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.session import PlannerRun, RunConfig, RunError
 from robot_latency.records import CycleRecord
@@ -37,6 +38,8 @@ class PlannerDriver:
         on_record: called with each cycle's record after it is in the cycle log.
         max_cycles: stop after this many cycles (event mode: commands); 0: until :meth:`stop`.
         id_prefix: command ids are ``f"{id_prefix}{n}"``, n counting from 0.
+        runner: an engine runner already loaded (kept running when the run closes); None:
+            the run starts its own and stops it at close.
 
     Raises:
         RunError: the run cannot start (log directory, model, engine).
@@ -44,10 +47,10 @@ class PlannerDriver:
 
     def __init__(self, config: RunConfig, *, publish_plan: Callable[[dict[str, Any]], None],
                  on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
-                 id_prefix: str = "cmd-") -> None:
+                 id_prefix: str = "cmd-", runner: Runner | None = None) -> None:
         self.max_cycles = max_cycles
         self.id_prefix = id_prefix
-        self.run = PlannerRun(config, publish=publish_plan, on_record=on_record)
+        self.run = PlannerRun(config, publish=publish_plan, on_record=on_record, runner=runner)
         self.loop = self.run.loop
         self._ids = itertools.count()
         self._ids_lock = threading.Lock()
@@ -59,11 +62,15 @@ class PlannerDriver:
         self._thread: threading.Thread | None = None
 
     # --- input ---------------------------------------------------------------------------------
-    def submit(self, text: str) -> InboundCommand:
-        """Stamp a command's arrival now (the loop's clock) and hand it to the loop."""
+    def submit(self, text: str, command_id: str | None = None) -> InboundCommand:
+        """Stamp a command's arrival now (the loop's clock) and hand it to the loop.
+
+        ``command_id``: the sender's id for it (a tagged command); None: the next own id.
+        """
         arrival = self.run.clock()
-        with self._ids_lock:
-            command_id = f"{self.id_prefix}{next(self._ids)}"
+        if command_id is None:
+            with self._ids_lock:
+                command_id = f"{self.id_prefix}{next(self._ids)}"
         command = InboundCommand(command_id, text, arrival)
         self.loop.submit(command)
         self._arrived.set()

@@ -84,13 +84,17 @@ class Pacer:
         send: publishes one command text.
         clock: the clock the schedule's times are on.
         sleep: sleeps a number of seconds (``time.sleep``; tests inject their own).
+        send_item: publishes one :class:`Send` (its text, id and play); used instead of
+            ``send`` when given (the client edge tags each command with its id).
     """
 
     def __init__(self, sends: Sequence[Send], send: Callable[[str], None], *,
                  clock: Clock = DEFAULT_CLOCK,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 send_item: Callable[[Send], None] | None = None) -> None:
         self.sends = list(sends)
         self._send = send
+        self._send_item = send_item
         self.clock = clock
         self._sleep = sleep
         self.report = PacerReport()
@@ -112,7 +116,10 @@ class Pacer:
                     break
                 late_ms = (self.clock() - item.at_ns) / 1e6
                 try:
-                    self._send(item.text)
+                    if self._send_item is not None:
+                        self._send_item(item)
+                    else:
+                        self._send(item.text)
                 except Exception as err:  # one failed publish must not end the replay
                     self.report.failed += 1
                     log.error("command %s (play %d) not sent: %r", item.command_id, item.play,

@@ -210,6 +210,14 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
           "keep running this long after the last command, so it is delivered and answered (s)",
           low=0.0, high=3600.0),
     _spec("stay_alive", False, "bool", "keep running after the replay instead of exiting"),
+    _spec("client_log_dir", "", "string",
+          "measure at the client edge and write client.jsonl and client_summary.json here "
+          "(usually the planner's run directory): each command is sent tagged with its id "
+          "({\"command_id\", \"text\"} JSON) and plans are matched to it; empty: plain "
+          "text commands, nothing measured"),
+    _spec("deadline_ms", 0.0, "double",
+          "deadline for the receiver-side miss rate (ms); 0: the one the plans carry",
+          low=0.0, high=3_600_000.0),
 )
 
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
@@ -461,6 +469,8 @@ class ReplayerSettings:
     wait_for_subscriber_s: float
     tail_s: float
     stay_alive: bool
+    client_log_dir: Path | None = None
+    deadline_ms: float | None = None
 
 
 def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
@@ -479,4 +489,7 @@ def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
                             speed=v["speed"], loop_count=v["loop_count"],
                             loop_gap_s=v["loop_gap_s"], start_delay_s=v["start_delay_s"],
                             wait_for_subscriber_s=v["wait_for_subscriber_s"], tail_s=v["tail_s"],
-                            stay_alive=v["stay_alive"])
+                            stay_alive=v["stay_alive"],
+                            client_log_dir=(Path(v["client_log_dir"]).expanduser()
+                                            if v["client_log_dir"].strip() else None),
+                            deadline_ms=v["deadline_ms"] or None)

@@ -39,6 +39,7 @@ from std_msgs.msg import String
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.session import RunError
 from robot_latency.records import CycleRecord
+from robot_latency.ros.client_edge import untag_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
@@ -178,9 +179,12 @@ class PlannerNode(Node):
     def _on_command(self, msg: String) -> None:
         # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
         # as it is: the loop refuses it with a logged warning and answers with a fallback.
+        # A tagged command ({"command_id", "text"} JSON, from a client-edge replayer) keeps the
+        # sender's id, so the sender can match the plan to it.
         assert self.driver is not None
-        command = self.driver.submit(msg.data)
-        self.get_logger().debug(f"command {command.command_id}: {len(msg.data)} characters")
+        command_id, text = untag_command(msg.data)
+        command = self.driver.submit(text, command_id)
+        self.get_logger().debug(f"command {command.command_id}: {len(text)} characters")
 
     def _on_state(self, msg: String) -> None:
         assert self.driver is not None

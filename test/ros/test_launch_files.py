@@ -20,9 +20,11 @@ from robot_latency.ros.params import PLANNER_NAMES, REPLAYER_NAMES, planner_sett
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
-NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES}
+NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES,
+                   "managed_planner_node": PLANNER_NAMES}
 PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
-                            "device_profile", "params_file", "log_dir", "planner_profile"}
+                            "device_profile", "params_file", "log_dir", "planner_profile",
+                            "managed", "autostart"}
 
 
 def _console_scripts() -> set[str]:
@@ -76,13 +78,18 @@ def test_launch_file_names_only_what_exists(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     scripts = _console_scripts()
     assert {"planner_node", "bag_replayer"} <= scripts
-    nodes = _calls(tree, "Node")
+    nodes = _calls(tree, "Node") + _calls(tree, "LifecycleNode")
     assert nodes, f"{path.name} starts no node"
     for call in nodes:
         executable = _keyword(call, "executable")
-        value = (executable.value if isinstance(executable, ast.Constant)
-                 else _module_constant(tree, getattr(executable, "id", "")))
-        assert value in scripts, f"{path.name}: executable {value!r} is no console script"
+        # A choice (``MANAGED if managed else PLAIN``): both branches must exist.
+        choices = ([executable.body, executable.orelse] if isinstance(executable, ast.IfExp)
+                   else [executable])
+        values = [c.value if isinstance(c, ast.Constant)
+                  else _module_constant(tree, getattr(c, "id", "")) for c in choices]
+        for value in values:
+            assert value in scripts, f"{path.name}: executable {value!r} is no console script"
+        value = values[0]
         package = _keyword(call, "package")
         pkg = (package.value if isinstance(package, ast.Constant)
                else _module_constant(tree, getattr(package, "id", "")))

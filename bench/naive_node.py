@@ -1,0 +1,72 @@
+"""The planner node most people would write without this project (the benchmark's baseline).
+
+rclpy and llama-cpp-python's ``create_completion``, called in the subscription callback for
+each command, on the same model, grammar and prompt as ``planner_node``, greedy: no deadline, no
+fallback, no worker process, the default ``KEEP_LAST(10)`` queue. It answers on the same topics
+in the same envelope, so the same client-edge replayer measures it. It accepts the replayer's
+tagged commands (the only concession: the id the plan must carry back to be matched).
+
+    python bench/naive_node.py --ros-args -p model:=/path/to/planner.Q4_0.gguf -p n_threads:=1
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import llama_cpp
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from robot_latency.models.plan import PlanParseError, actions_gbnf, expand_to_plan, parse_actions
+from std_msgs.msg import String
+
+from robot_latency.planner.loop import default_prompt
+from robot_latency.ros.client_edge import untag_command
+
+
+class NaivePlanner(Node):
+    """Subscribe, generate, publish: one command at a time, as long as it takes."""
+
+    def __init__(self) -> None:
+        super().__init__("planner_node")
+        model = self.declare_parameter("model", "").value
+        n_threads = self.declare_parameter("n_threads", 1).value
+        self.max_tokens = self.declare_parameter("max_tokens", 24).value
+        self.llm = llama_cpp.Llama(model_path=model, n_ctx=0, n_threads=n_threads,
+                                   verbose=False)
+        self.grammar = llama_cpp.LlamaGrammar.from_string(actions_gbnf(), verbose=False)
+        self.pub = self.create_publisher(String, "planner/plan", 10)
+        self.sub = self.create_subscription(String, "planner/command", self.on_command, 10)
+        self.cycle = 0
+        self.get_logger().info(f"naive planner ready: {model}")
+
+    def on_command(self, msg: String) -> None:
+        command_id, text = untag_command(msg.data)
+        out = self.llm.create_completion(default_prompt(text), max_tokens=self.max_tokens,
+                                         temperature=0.0, grammar=self.grammar)
+        raw = out["choices"][0]["text"]
+        try:
+            plan = expand_to_plan(parse_actions(raw))
+        except PlanParseError:
+            plan = None
+        self.pub.publish(String(data=json.dumps(
+            {"cycle": self.cycle, "command_id": command_id, "source": "model", "plan": plan})))
+        self.cycle += 1
+
+
+def main() -> int:
+    rclpy.init(args=sys.argv)
+    node = NaivePlanner()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

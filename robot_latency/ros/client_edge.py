@@ -1,0 +1,177 @@
+"""The client edge: tag each sent command with an id, match the plans that come back to it.
+
+Pure Python (no rclpy): the bag replayer calls :meth:`ClientTracker.sent` just before each
+publish and :meth:`ClientTracker.received` from its plan subscription, then writes what the
+tracker holds (:mod:`robot_latency.report.client`).
+
+A command travels as std_msgs/String. To be matched by ``command_id`` it carries its id in a
+*tagged command*: the JSON object ``{"command_id": "...", "text": "..."}``. The planner node
+takes the id from it (:func:`untag_command`) and puts it in the plan envelope's
+``command_id``; any other text is a plain command and gets the node's own id, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.report.client import ClientRecord, client_summary
+
+log = logging.getLogger(__name__)
+
+#: The keys of a tagged command, exactly.
+TAG_KEYS = frozenset({"command_id", "text"})
+
+
+def tag_command(command_id: str, text: str) -> str:
+    """Return the tagged form of a command (what the replayer publishes)."""
+    return json.dumps({"command_id": command_id, "text": text}, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def untag_command(data: str) -> tuple[str | None, str]:
+    """Split a received command into ``(command_id, text)``; ``(None, data)`` when untagged.
+
+    Only a JSON object with exactly the keys ``command_id`` and ``text``, both non-empty
+    strings (the id) and strings (the text), is a tagged command; anything else is text.
+    """
+    if not data.startswith("{"):
+        return None, data
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None, data
+    if (isinstance(obj, dict) and set(obj) == TAG_KEYS and isinstance(obj["command_id"], str)
+            and obj["command_id"] and isinstance(obj["text"], str)):
+        return obj["command_id"], obj["text"]
+    return None, data
+
+
+class ClientTracker:
+    """Match received plans to sent commands (thread-safe: sends and plans come from two threads).
+
+    Args:
+        deadline_ms: the planner's deadline; None: taken from the first plan envelope that
+            carries ``deadline_ms``.
+        clock: the host's monotonic clock in ns (the planner's clock, so the two compare).
+    """
+
+    def __init__(self, *, deadline_ms: float | None = None, clock: Clock = DEFAULT_CLOCK) -> None:
+        self.deadline_ms = deadline_ms
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[str, ClientRecord] = {}
+        self._order: list[str] = []
+        self.unmatched_plans = 0
+        self.unreadable_plans = 0
+        self.plans_without_command = 0
+        self.plans_received = 0
+        self._last_plan_ns: int | None = None
+        self.plan_gaps_ms: list[float] = []
+
+    def sent(self, command_id: str, sent_ns: int, *, stream_command_id: str | None = None,
+             play: int = 0) -> None:
+        """Register a command about to be published at ``sent_ns``."""
+        with self._lock:
+            if command_id in self._rows:
+                log.warning("command id %s sent twice; the later send replaces it", command_id)
+            else:
+                self._order.append(command_id)
+            self._rows[command_id] = ClientRecord(command_id, sent_ns,
+                                                  stream_command_id=stream_command_id, play=play)
+
+    def not_sent(self, command_id: str) -> None:
+        """Forget a command whose publish failed."""
+        with self._lock:
+            if self._rows.pop(command_id, None) is not None:
+                self._order.remove(command_id)
+
+    def received(self, data: str, received_ns: int | None = None) -> ClientRecord | None:
+        """Take one plan message (the envelope's JSON text); return the command it answered.
+
+        Never raises for a bad plan: undecodable ones, plans without a command and plans
+        whose id matches no sent command are counted.
+        """
+        now = self.clock() if received_ns is None else received_ns
+        try:
+            envelope: Any = json.loads(data)
+        except ValueError:
+            envelope = None
+        with self._lock:
+            self.plans_received += 1
+            if self._last_plan_ns is not None:
+                self.plan_gaps_ms.append((now - self._last_plan_ns) / 1e6)
+            self._last_plan_ns = now
+            if not isinstance(envelope, dict):
+                self.unreadable_plans += 1
+                return None
+            if self.deadline_ms is None and isinstance(envelope.get("deadline_ms"), int | float):
+                self.deadline_ms = float(envelope["deadline_ms"])
+            cid = envelope.get("command_id")
+            if cid is None:
+                self.plans_without_command += 1
+                return None
+            row = self._rows.get(str(cid))
+            if row is None:
+                self.unmatched_plans += 1
+                if self.unmatched_plans == 1:
+                    log.warning("plan for command %r, which this replayer did not send "
+                                "(counted as unmatched)", cid)
+                return None
+            row.plans_received += 1
+            if row.received_ns is None:
+                row.received_ns = now
+                row.status = "answered"
+                source = envelope.get("source")
+                row.plan_source = source if isinstance(source, str) else None
+                cycle = envelope.get("cycle")
+                row.plan_cycle = cycle if isinstance(cycle, int) else None
+            return row
+
+    def records(self) -> list[ClientRecord]:
+        """Return one record per sent command, in send order, with its final status.
+
+        A command without a plan of its own is ``superseded`` when a later command was answered,
+        else ``unanswered``.
+        """
+        with self._lock:
+            rows = [self._rows[c] for c in self._order]
+            later_answered = False
+            for row in reversed(rows):
+                row.deadline_ms = self.deadline_ms
+                if row.received_ns is None:
+                    row.status = "superseded" if later_answered else "unanswered"
+                else:
+                    later_answered = True
+            return list(rows)
+
+    def summary(self) -> dict[str, Any]:
+        """Return the client summary (:func:`robot_latency.report.client.client_summary`)."""
+        records = self.records()
+        with self._lock:
+            out = client_summary(records, unmatched_plans=self.unmatched_plans,
+                                 plans_without_command=self.plans_without_command,
+                                 plan_gaps_ms=list(self.plan_gaps_ms))
+            out["plans_received"] = self.plans_received
+            out["plans_unreadable"] = self.unreadable_plans
+        return out
+
+
+def make_sender(tracker: ClientTracker, publish: Callable[[str], None]) -> Callable[..., None]:
+    """Return ``send(command_id, text, *, stream_command_id, play)``: register, tag, publish."""
+
+    def send(command_id: str, text: str, *, stream_command_id: str | None = None,
+             play: int = 0) -> None:
+        tracker.sent(command_id, tracker.clock(), stream_command_id=stream_command_id,
+                     play=play)
+        try:
+            publish(tag_command(command_id, text))
+        except Exception:
+            tracker.not_sent(command_id)
+            raise
+
+    return send

@@ -1,0 +1,214 @@
+"""The managed (lifecycle) planner node, driven through its lifecycle services over real DDS.
+
+The node runs as its own process (``python -m robot_latency.ros.managed_planner_node``); this
+test is the outside client a lifecycle manager would be: it calls ``/planner_node/change_state``
+and ``/planner_node/get_state`` (lifecycle_msgs) and publishes commands on /planner/command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from robot_latency.records import read_records
+
+DOMAIN_ID = random.randint(201, 230)
+NODE = "/planner_node"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "ROS_DOMAIN_ID": str(DOMAIN_ID),
+            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
+class Manager:
+    """The outside client: lifecycle service calls, commands out, plans in."""
+
+    def __init__(self, context: Context) -> None:
+        self.node = Node("test_lifecycle_manager", context=context)
+        self.change = self.node.create_client(ChangeState, f"{NODE}/change_state")
+        self.get = self.node.create_client(GetState, f"{NODE}/get_state")
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub = self.node.create_publisher(String, "/planner/command", qos)
+        self.plans: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.node.create_subscription(String, "/planner/plan", self._plan, qos)
+        self.diagnostics: list[tuple[str, int, str]] = []
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, 100)
+
+    def _diag(self, msg: DiagnosticArray) -> None:
+        with self.lock:
+            self.diagnostics += [(s.name, s.level[0] if isinstance(s.level, bytes) else s.level,
+                                  s.message) for s in msg.status]
+
+    def _plan(self, msg: String) -> None:
+        with self.lock:
+            self.plans.append(json.loads(msg.data))
+
+    def _call(self, client: Any, request: Any, timeout_s: float = 120.0) -> Any:
+        assert client.wait_for_service(timeout_sec=60.0), "lifecycle service not found"
+        future = client.call_async(request)
+        end = time.monotonic() + timeout_s
+        while not future.done():
+            assert time.monotonic() < end, "no answer from the lifecycle service"
+            time.sleep(0.01)
+        return future.result()
+
+    def transition(self, transition_id: int) -> bool:
+        req = ChangeState.Request()
+        req.transition.id = transition_id
+        return bool(self._call(self.change, req).success)
+
+    def state(self) -> int:
+        return int(self._call(self.get, GetState.Request()).current_state.id)
+
+
+@pytest.fixture(scope="module")
+def manager() -> Iterator[Manager]:
+    context = Context()
+    rclpy.init(context=context, domain_id=DOMAIN_ID)
+    m = Manager(context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(m.node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        yield m
+    finally:
+        executor.shutdown(timeout_sec=5)
+        m.node.destroy_node()
+        context.try_shutdown()
+        spinner.join(5)
+
+
+def _start(tmp_path: Path, params: dict[str, str]) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "robot_latency.ros.managed_planner_node", "--ros-args"]
+    for k, v in params.items():
+        args += ["-p", f"{k}:={v}"]
+    log = open(tmp_path / "node.log", "wb")
+    return subprocess.Popen(args, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    return proc.wait(timeout=60)
+
+
+def _wait(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_a_bad_model_path_fails_configure_and_leaves_it_unconfigured(
+        manager: Manager, tmp_path: Path) -> None:
+    proc = _start(tmp_path, {"engine": "llamacpp", "model": str(tmp_path / "missing.gguf"),
+                             "log_dir": str(tmp_path / "run")})
+    try:
+        assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        _wait(lambda: manager.node.count_publishers("/diagnostics") > 0, 30,
+              "the node's /diagnostics publisher")
+        time.sleep(0.5)  # let the match complete: /diagnostics is volatile
+        assert not manager.transition(Transition.TRANSITION_CONFIGURE)
+        assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        assert proc.poll() is None  # the node lives on, ready for a corrected configure
+        error = _wait(lambda: [d for d in manager.diagnostics if d[0].endswith(": lifecycle")],
+                      10, "the ERROR diagnostic")
+        assert error[0][1] == DiagnosticStatus.ERROR[0] and "missing.gguf" in error[0][2]
+    finally:
+        assert _stop(proc) == 0
+    log = (tmp_path / "node.log").read_text()
+    assert "configure failed" in log and "missing.gguf" in log
+
+
+def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = _start(tmp_path, {"engine": "sim", "device_profile": "orin-agx-64gb",
+                             "mode": "event", "deadline_ms": "150.0", "period_ms": "200.0",
+                             "log_dir": str(run)})
+    try:
+        assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        # Out of order: the standard refusal, and the state stays.
+        assert not manager.transition(Transition.TRANSITION_ACTIVATE)
+        assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        assert manager.transition(Transition.TRANSITION_CONFIGURE)
+        assert manager.state() == State.PRIMARY_STATE_INACTIVE
+        assert not run.exists()  # configured (engine loaded), no run yet
+        assert not manager.transition(Transition.TRANSITION_CONFIGURE)
+        assert manager.state() == State.PRIMARY_STATE_INACTIVE
+        assert manager.transition(Transition.TRANSITION_ACTIVATE)
+        assert manager.state() == State.PRIMARY_STATE_ACTIVE
+        _wait(lambda: manager.pub.get_subscription_count() > 0, 30, "the command subscriber")
+        for i in range(5):
+            manager.pub.publish(String(data=f"go to the kitchen {i}"))
+            time.sleep(0.4)
+        _wait(lambda: len(manager.plans) >= 3, 60, "plans while active")
+        _wait(lambda: any(d[0] == "planner_node: deadline" for d in manager.diagnostics), 30,
+              "health on /diagnostics while active")
+        assert manager.transition(Transition.TRANSITION_DEACTIVATE)
+        assert manager.state() == State.PRIMARY_STATE_INACTIVE
+        # The run closed by deactivate is complete: summary agrees with the flushed records.
+        summary = json.loads((run / "summary.json").read_text())
+        records = read_records(run / "cycles.jsonl")
+        assert summary["cycles"] == len(records) >= 3
+        assert all(r.published_ns is not None or r.skipped for r in records)
+        assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
+        n_plans = len(manager.plans)
+        manager.pub.publish(String(data="stop"))  # inactive: no plan comes back
+        time.sleep(1.0)
+        assert len(manager.plans) == n_plans
+        # Again: a second run in its own directory, without reloading the model.
+        assert manager.transition(Transition.TRANSITION_ACTIVATE)
+        assert manager.transition(Transition.TRANSITION_DEACTIVATE)
+        assert (run.with_name("run-2") / "summary.json").exists()
+        assert not manager.transition(Transition.TRANSITION_DEACTIVATE)
+        assert manager.state() == State.PRIMARY_STATE_INACTIVE
+        assert manager.transition(Transition.TRANSITION_CLEANUP)
+        assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
+        assert manager.transition(Transition.TRANSITION_UNCONFIGURED_SHUTDOWN)
+        assert manager.state() == State.PRIMARY_STATE_FINALIZED
+    finally:
+        assert _stop(proc) == 0, (tmp_path / "node.log").read_text()
+
+
+def test_shutdown_from_active_closes_the_run(manager: Manager, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = _start(tmp_path, {"engine": "sim", "device_profile": "orin-agx-64gb",
+                             "period_ms": "100.0", "deadline_ms": "80.0", "log_dir": str(run)})
+    try:
+        assert manager.transition(Transition.TRANSITION_CONFIGURE)
+        assert manager.transition(Transition.TRANSITION_ACTIVATE)
+        _wait(lambda: (run / "cycles.jsonl").exists()
+              and len((run / "cycles.jsonl").read_text().splitlines()) >= 3, 60, "cycles")
+        assert manager.transition(Transition.TRANSITION_ACTIVE_SHUTDOWN)
+        assert manager.state() == State.PRIMARY_STATE_FINALIZED
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["cycles"] == len(read_records(run / "cycles.jsonl"))
+    finally:
+        assert _stop(proc) == 0, (tmp_path / "node.log").read_text()

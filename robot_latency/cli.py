@@ -42,7 +42,7 @@ try:  # the model tools need only gguf and llama-cpp-python, both installed; kee
     from robot_latency.models.ladder import LadderError as ModelBuildError
 except ImportError:  # pragma: no cover
     ModelBuildError = RuntimeError  # type: ignore[misc,assignment]
-from robot_latency.report.summary import summarize, write_summary
+from robot_latency.stats import summarize, write_summary
 from robot_latency.streams import StreamError
 
 log = logging.getLogger("robot_latency.cli")
@@ -514,7 +514,6 @@ def cmd_models_build(args: argparse.Namespace) -> int:
         build_ladder,
         default_cache_dir,
         ensure_inflated,
-        plan_accuracy_by_level,
     )
 
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -524,6 +523,7 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     man = build_ladder(planner, cache, quants=_split(args.quants), name="planner")
     _show_ladder(man, time.perf_counter() - t0)
     if args.accuracy:
+        from robot_latency.engines.greedy import plan_accuracy_by_level
         from robot_latency.models.bundled import load_manifest
         from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
 

@@ -12,7 +12,6 @@ Rebuild both shipped models from scratch (torch, numpy, gguf and llama-cpp-pytho
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robot_latency.digest import sha256_file
 from robot_latency.models.corpus import Command, CorpusConfig, generate_corpus
 from robot_latency.models.export import GGUFShape, export_gguf, read_gguf
 from robot_latency.models.tokenizer import PlannerTokenizer, Vocab, build_vocab
@@ -451,14 +451,6 @@ class BuildConfig:
     context_length: int = 128
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str, Any]:
     """Train target and draft from scratch, export both to GGUF and write the manifest.
 
@@ -511,7 +503,7 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
         )
         models_meta[role] = {
             "file": files[role],
-            "sha256": _sha256(path),
+            "sha256": sha256_file(path),
             "size_bytes": path.stat().st_size,
             "dtype": cfg.dtype,
             "shape": asdict(shapes[role]),

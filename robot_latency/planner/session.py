@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,8 @@ import psutil
 
 from robot_latency import __version__
 from robot_latency.clock import DEFAULT_CLOCK, Clock
-from robot_latency.engines.base import EngineError, create_engine
+from robot_latency.digest import sha256_file
+from robot_latency.engines.base import EngineError
 from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import HardwareProfile, get_device
@@ -42,10 +42,11 @@ from robot_latency.planner.budget import (
     loop_thread_state,
 )
 from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Runner
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
-from robot_latency.report.summary import summarize, write_summary
+from robot_latency.stats import summarize, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +112,6 @@ def _host_steal_s() -> float | None:
         return getattr(psutil.cpu_times(), "steal", None)
     except (OSError, psutil.Error):
         return None
-
-
-def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
-    """Return the hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(chunk_bytes):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _package_versions() -> dict[str, str | None]:
@@ -235,7 +227,8 @@ class PlannerRun:
             raise RunError(f"cpu budget: {err}") from err
         try:
             if cfg.runner == "inline":
-                engine = create_engine(cfg.engine, clock=self.clock, **cfg.engine_options)
+                engine = create_planner_engine(cfg.engine, clock=self.clock,
+                                               **cfg.engine_options)
                 return InlineRunner(engine, clock=self.clock)
             runner = ProcessRunner(cfg.engine, cfg.engine_options,
                                    hang_timeout_ms=cfg.hang_timeout_ms, clock=self.clock,

@@ -66,10 +66,10 @@ def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
         os.nice(nice)
     if cpus:
         os.sched_setaffinity(0, cpus)
-    from robot_latency.engines.base import create_engine
+    from robot_latency.planner.engine import create_planner_engine
 
     try:
-        engine = create_engine(engine_name, **options)
+        engine = create_planner_engine(engine_name, **options)
     except Exception as err:
         conn.send(("load_error", f"{type(err).__name__}: {err}"))
         return

@@ -245,8 +245,35 @@ class ProcessRunner:
         elif self.clock() - self._busy_give_up_ns > self.hang_timeout_ns:
             self._restart("worker hung past the watchdog")
 
+    def _wait_free(self, give_up_ns: int) -> bool:
+        """Wait, until ``give_up_ns``, for the worker to answer a request aborted earlier.
+
+        An abort lands within milliseconds, so a cycle that starts while the worker still
+        finishes the previous (aborted) request waits for it within its own budget rather than
+        falling back at once. True when the worker is free; False at the give-up time, or when
+        it died (it is then restarted).
+        """
+        assert self._conn is not None
+        self.events.append((self.clock(), f"waiting for aborted request {self._busy_seq}"))
+        while self._busy_seq is not None:
+            try:
+                if not self._wait_ready(give_up_ns):
+                    return False
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                self._restart("worker died finishing an aborted request")
+                return False
+            if msg[0] in ("trace", "error") and msg[1] == self._busy_seq:
+                self._busy_seq = None
+        self.events.append((self.clock(), "worker free after the aborted request"))
+        return True
+
     def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
-        """Send ``request`` to the worker; wait at most until ``give_up_ns``."""
+        """Send ``request`` to the worker; wait at most until ``give_up_ns``.
+
+        A worker still finishing a request aborted in an earlier cycle is waited for within
+        this budget; only a worker not free by ``give_up_ns`` gives ``unavailable``.
+        """
         if self._proc is None or self._conn is None:
             self._restart("no worker")
         assert self._proc is not None and self._conn is not None
@@ -263,7 +290,7 @@ class ProcessRunner:
             self._restart(f"worker died (exit code {self._proc.exitcode})")
             return RunOutcome(None, "unavailable", "engine worker died; restarting")
         self._drain_late()
-        if self._busy_seq is not None:
+        if self._busy_seq is not None and not self._wait_free(give_up_ns):
             return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle")
         if self._loading or self._proc is None or self._conn is None:
             return RunOutcome(None, "unavailable", "engine restarting")

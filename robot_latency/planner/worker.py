@@ -55,9 +55,18 @@ class AbortFlag:
 
 
 def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
-                 options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None) -> None:
+                 options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None,
+                 log_level: int = logging.WARNING) -> None:
     """Create the engine, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
+    # A spawned process starts with logging unconfigured: log at the parent's level, and route
+    # llama.cpp's own lines to the logger (debug) before any model loads here.
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s (engine worker): "
+                                                "%(message)s")
+    if engine_name != "sim":
+        from robot_latency.engines.llamalog import route_llama_log
+
+        route_llama_log()
     # The loop must win the CPU when both want it: the engine runs at a lower priority, and on
     # its own cores when told which. A loop running real-time (chrt) must not pass that on.
     if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
@@ -155,7 +164,9 @@ class ProcessRunner:
         self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
                                        args=(child, self._abort, self.engine_name,
                                              self.options, self.worker_nice,
-                                             self.worker_cpus), daemon=True)
+                                             self.worker_cpus,
+                                             logging.getLogger().getEffectiveLevel()),
+                                       daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent

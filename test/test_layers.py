@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),                             # planner profiles, prompts, output contracts
     ("stats",),                            # percentiles, Wilson interval, run summary
     ("floor", "records"),                  # predictions and device/model facts; the cycle record
-    ("clock", "digest"),                   # the injected clock; the one file digest
+    ("clock", "digest", "progress"),       # the injected clock; file digest; progress bars
     ("errors", "__init__"),                # the error base; the package's version
 )
 

@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import llama_cpp
 import pytest
-
-pytest.importorskip("llama_cpp")
 
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
 from robot_latency.models.plan import actions_gbnf, parse_actions
@@ -186,7 +185,6 @@ def test_missing_model_and_bad_options_named(tmp_path: Path) -> None:
 
 def test_greedy_grammar_fast_path_equals_the_full_grammar_chain(engine, model: Path) -> None:
     """Checking the grammar on the argmax first must give exactly llama.cpp's chain output."""
-    import llama_cpp
 
     ref = llama_cpp.Llama(model_path=str(model), n_ctx=1024, n_batch=32, verbose=False)
     grammar = llama_cpp.LlamaGrammar.from_string(actions_gbnf(), verbose=False)

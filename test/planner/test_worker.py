@@ -23,6 +23,7 @@ from robot_latency.records import CycleRecord
 CUP = "pick up the red cup and put it on the tray"
 MS = 1_000_000
 FAST = {"device": "orin-agx-64gb", "jitter_sigma": 0.0}
+INSTANT = {"device": "h100-sxm", "jitter_sigma": 0.0, "efficiency": 1.0}
 # A prefill at a millionth of peak compute: minutes long and uninterruptible, like a stuck GPU
 # kernel. The watchdog must kill it.
 STUCK = {"device": "orin-nano-4gb", "compute_efficiency": 1e-6}
@@ -40,11 +41,14 @@ def _loop(runner: ProcessRunner, **cfg: object) -> tuple[PlannerLoop, list[dict]
 
 
 def test_model_plans_through_the_worker() -> None:
-    with ProcessRunner("sim", FAST) as runner:
-        loop, plans, records = _loop(runner)
+    # A plan takes well under a millisecond of simulated time on this device; the deadline
+    # leaves the worker (not niced here) ample room even on a loaded machine: every plan is
+    # the model's.
+    with ProcessRunner("sim", INSTANT, worker_nice=0) as runner:
+        loop, plans, records = _loop(runner, period_ms=600, deadline_ms=500)
         loop.run_periodic(4)
     assert len(plans) == 4 and len(records) == 4
-    assert sum(r.plan_source == "model" for r in records) >= 2  # noisy machine: most, not all
+    assert [r.plan_source for r in records] == ["model"] * 4
     model = next(r for r in records if r.plan_source == "model")
     assert model.e2e_ns == model.ttft_ns + sum(model.itl_ns)
     assert model.plan["steps"][1]["target"] == "tray"

@@ -23,8 +23,8 @@ from robot_latency.models.corpus import (
 from robot_latency.models.evaluate import GGUFPlanner
 from robot_latency.models.export import GGUFShape, export_gguf, read_gguf
 from robot_latency.models.tokenizer import PlannerTokenizer
+from robot_latency.models.torch_llama import LlamaModel
 from robot_latency.models.train import (
-    LlamaModel,
     TrainConfig,
     build_examples,
     greedy_decode,

@@ -18,9 +18,9 @@ import llama_cpp
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from robot_latency.models.plan import PlanParseError, actions_gbnf, expand_to_plan, parse_actions
 from std_msgs.msg import String
 
+from robot_latency.plan.actions import PlanParseError, actions_gbnf, expand_to_plan, parse_actions
 from robot_latency.planner.loop import default_prompt
 from robot_latency.ros.client_edge import untag_command
 

@@ -22,11 +22,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.progress import CycleLogFollower, CycleProgress
 from robot_latency.rosenv import localhost_env
 
 log = logging.getLogger(__name__)
+
+#: How often the replay wait looks at the node's cycle log (for the progress bar).
+_POLL_S = 0.25
 
 
 class DemoError(RobotLatencyError, RuntimeError):
@@ -68,10 +73,39 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float, what:
     raise DemoError(f"{what} not ready after {timeout_s:.0f} s; see {log_path}")
 
 
+def _play(cmd: list[str], env: dict[str, str], rlog: Any, *, cycle_log: Path,
+          timeout_s: float, replay_log: Path, bar: CycleProgress) -> None:
+    """Run the bag replayer to its end; meanwhile count the node's cycles into ``bar``."""
+    follower = CycleLogFollower(cycle_log)
+    replayer = subprocess.Popen(cmd, env=env, stdout=rlog, stderr=subprocess.STDOUT)
+    end = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                replayer.wait(timeout=_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                bar.add(*follower.poll())
+                if time.monotonic() > end:
+                    raise DemoError(f"bag_replayer did not finish within {timeout_s:.0f} s; "
+                                    f"see {replay_log}") from None
+    finally:
+        if replayer.poll() is None:
+            replayer.kill()
+            replayer.wait()
+    bar.add(*follower.poll())
+    if replayer.returncode != 0:
+        raise DemoError(f"bag_replayer exited with status {replayer.returncode}; "
+                        f"see {replay_log}")
+
+
 def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1.0,
             start_timeout_s: float = 180.0, play_timeout_s: float = 900.0,
-            tail_s: float = 1.0) -> Path:
+            tail_s: float = 1.0, progress: bool = False) -> Path:
     """Run the planner node and the bag replayer for one configuration; return the run dir.
+
+    With ``progress``, a bar on stderr shows the node's cycles and misses while the stream
+    plays (only when stderr is a terminal).
 
     Raises:
         DemoError: a process failed or did not finish in time (the message names its log).
@@ -89,15 +123,12 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
             # The manifest appears once the engine has loaded and the loop is about to run.
             _wait_for(run_dir / "manifest.json", node, start_timeout_s, "planner_node",
                       node_log)
-            replayer = subprocess.run(
-                [_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
-                                                   "tail_s": tail_s,
-                                                   "client_log_dir": str(run_dir)})],
-                env=env, stdout=rlog, stderr=subprocess.STDOUT, timeout=play_timeout_s,
-                check=False)
-            if replayer.returncode != 0:
-                raise DemoError(f"bag_replayer exited with status {replayer.returncode}; "
-                                f"see {replay_log}")
+            with CycleProgress(desc=config.label, enabled=progress) as bar:
+                _play([_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
+                                                        "tail_s": tail_s,
+                                                        "client_log_dir": str(run_dir)})],
+                      env, rlog, cycle_log=run_dir / "cycles.jsonl", timeout_s=play_timeout_s,
+                      replay_log=replay_log, bar=bar)
         finally:
             if node.poll() is None:
                 node.send_signal(signal.SIGINT)
@@ -112,8 +143,9 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
 
 
 def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
-             speed: float = 1.0) -> tuple[list[Path], Path]:
-    """Run every configuration, then write the comparison and the report.
+             speed: float = 1.0, progress: bool = False) -> tuple[list[Path], Path]:
+    """Run every configuration, then write the comparison and the report (``progress``: a bar
+    of each replay's cycles and misses, when stderr is a terminal).
 
     Returns:
         The run directories and the report path.
@@ -129,7 +161,8 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
         if run_dir.exists():
             raise DemoError(f"{run_dir} exists; remove {out_dir} to run the demo again")
         log.info("[%d/%d] %s", i, len(configs), config.label)
-        run_dirs.append(run_one(config, stream=stream, run_dir=run_dir, speed=speed))
+        run_dirs.append(run_one(config, stream=stream, run_dir=run_dir, speed=speed,
+                                progress=progress))
     rows = compare_runs(run_dirs)
     to_csv(rows, out_dir / "comparison.csv")
     to_json(rows, out_dir / "comparison.json")
@@ -229,7 +262,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
-    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed)
+    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True)
     say("")
     say(to_markdown(compare_runs(runs)))
     say("\n" + edge_markdown(runs))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from robot_latency import __version__
 from robot_latency.cli import demo, doctor, floor, models, run
+from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
 #: Command modules, in the order their commands appear in ``--help``.
@@ -40,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # llama.cpp's own log lines go to the robot_latency.llama_cpp logger at debug level:
+    # shown with --verbose, silent otherwise (the engine worker routes its own the same way).
+    route_llama_log()
     try:
         return int(args.func(args))
     except RobotLatencyError as err:

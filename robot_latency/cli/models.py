@@ -52,7 +52,6 @@ def cmd_models_build(args: argparse.Namespace) -> int:
         build_ladder,
         default_cache_dir,
         ensure_inflated,
-        plan_accuracy_by_level,
     )
 
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
@@ -62,6 +61,7 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     man = build_ladder(planner, cache, quants=split_list(args.quants), name="planner")
     _show_ladder(man, time.perf_counter() - t0)
     if args.accuracy:
+        from robot_latency.engines.greedy import plan_accuracy_by_level
         from robot_latency.models.bundled import load_manifest
         from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
 

@@ -21,7 +21,7 @@ from robot_latency.cli.common import (
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import MODES, PlannerConfig
 from robot_latency.records import read_records
-from robot_latency.report.summary import summarize, write_summary
+from robot_latency.stats import summarize, write_summary
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -125,8 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
                          device=args.device, deadline_ms=args.deadline_ms,
                          period_ms=args.period_ms, label=args.label)
+    # A bar of cycles and misses while it runs, drawn only on a terminal.
     summary = run_replay(config, stream, speed=args.speed, asap=args.asap, handle_signals=True,
-                         progress=_progress(args))
+                         progress=True)
     if args.json:
         emit_json(summary)
     else:
@@ -137,11 +138,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                          f"{out} is complete up to there\n")
         return 130
     return 0
-
-
-def _progress(args: argparse.Namespace) -> bool:
-    """Progress bars on stderr: on a terminal, or when asked for."""
-    return bool(getattr(args, "progress", False)) or sys.stderr.isatty()
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -166,7 +162,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
     run_dirs = []
     for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
-                      disable=not _progress(args)):
+                      disable=not sys.stderr.isatty() and not args.progress):
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
         run_dir = out / label.replace(" ", "_").replace("/", "-")
@@ -174,7 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                              quant=point["quant"], device=point["device"],
                              deadline_ms=point["deadline_ms"],
                              period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=_progress(args))
+        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
         run_dirs.append(run_dir)
     # Plans are compared against the highest-precision level (the ladder's order).
     reference = _reference_label(axes, varied)
@@ -287,8 +283,6 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
     p.add_argument("--asap", action="store_true",
                    help="ignore recorded times: one cycle per command, back to back")
-    p.add_argument("--progress", action="store_true",
-                   help="progress bar even when stderr is not a terminal")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -315,6 +309,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "first use); plans are compared against the highest-precision one")
     p.add_argument("--engines", default=None, help="comma-separated engine names")
     p.add_argument("--devices", default=None, help="comma-separated target device ids")
+    p.add_argument("--progress", action="store_true",
+                   help="the sweep's bar even when stderr is not a terminal")
     p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
     p.add_argument("--out", required=True, help="sweep directory to create")
     p.set_defaults(func=cmd_sweep)

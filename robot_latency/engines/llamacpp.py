@@ -399,7 +399,7 @@ class LlamaCppEngine:
     def _decode_speculative(self, request: GenerationRequest, abort: AbortSignal | None,
                             trace: GenerationTrace, prompt: list[int]) -> None:
         """Greedy decoding with draft-and-verify rounds; output identical to plain greedy."""
-        from robot_latency.engines.speculative import SpecStats
+        from robot_latency.stats import SpecStats
 
         clock, llm, cfg = self.clock, self.llm, self.config
         sampler = self._sampler(request)

@@ -7,8 +7,10 @@ of the uncached prompt tokens divided by a compute efficiency. Deterministic und
 passes through an injected ``sleep``: real sleeping with the real clock, ``clock.advance`` with a
 :class:`~robot_latency.clock.ScriptedClock`, so tests run instantly and exactly.
 
-Its output text is a function of the prompt (``responder``); by default the rule planner's
-reading of the command, so the planner loop sees valid plans of realistic length.
+Its output is a function of the prompt: ``responder``, a callable injected by whoever builds the
+engine (the planner wires in the rule planner's reading of the command,
+:func:`robot_latency.planner.engine.rule_responder`, so the loop sees valid plans of realistic
+length). The engine layer itself knows no planner.
 """
 
 from __future__ import annotations
@@ -33,18 +35,10 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import get_device
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
-from robot_latency.plan.actions import END_TOKEN, PLAN_TOKEN, steps_to_tokens
-from robot_latency.plan.rules import rule_plan
+from robot_latency.plan.actions import END_TOKEN
 
+#: Prompt in, the output's pieces out (action tokens, ``<end>`` last).
 Responder = Callable[[str], list[str]]
-
-
-def rule_responder(prompt: str) -> list[str]:
-    """Return the rule planner's action tokens for the command in ``prompt`` (text before
-    the ``<plan>`` marker, last line), or just ``<end>`` when it reads nothing."""
-    command = prompt.split(PLAN_TOKEN)[0].strip().splitlines()[-1] if prompt.strip() else ""
-    steps = rule_plan(command)
-    return steps_to_tokens(steps) if steps else [END_TOKEN]
 
 
 def _load_jitter(path: str) -> np.ndarray:
@@ -118,9 +112,9 @@ class SimEngine:
 
     name = "sim"
 
-    def __init__(self, config: SimConfig | None = None, *, clock: Clock = DEFAULT_CLOCK,
-                 sleep_ns: Callable[[int], Any] | None = None,
-                 responder: Responder = rule_responder) -> None:
+    def __init__(self, config: SimConfig | None = None, *, responder: Responder,
+                 clock: Clock = DEFAULT_CLOCK,
+                 sleep_ns: Callable[[int], Any] | None = None) -> None:
         self.config = config or SimConfig()
         self.clock = clock
         if sleep_ns is None:
@@ -231,8 +225,16 @@ class SimEngine:
 
 @register_engine("sim")
 def make_sim_engine(*, clock: Clock = DEFAULT_CLOCK, sleep_ns: Callable[[int], Any] | None = None,
-                    responder: Responder = rule_responder, **options: Any) -> SimEngine:
-    """Create a :class:`SimEngine` from keyword options (the fields of :class:`SimConfig`)."""
+                    responder: Responder | None = None, **options: Any) -> SimEngine:
+    """Create a :class:`SimEngine` from keyword options (the fields of :class:`SimConfig`).
+
+    Raises:
+        EngineError: no ``responder`` (the engine plays what its builder injects), or a bad
+            option.
+    """
+    if responder is None:
+        raise EngineError("sim: no responder: the simulated engine needs a callable from prompt "
+                          "to output pieces (the planner passes the rule planner's)")
     try:
         config = SimConfig(**options)
     except TypeError as err:

@@ -1,4 +1,4 @@
-"""Speculative decoding at batch 1: drafters, per-round statistics and the formula's prediction.
+"""Speculative decoding at batch 1: the drafters.
 
 A drafter proposes up to k tokens; the target scores them all in one pass and keeps the longest
 prefix its own greedy choice agrees with, plus one token of its own. At temperature 0 the output
@@ -8,21 +8,20 @@ which owns the target's KV cache; this module holds what is independent of it:
 * :class:`DraftModelDrafter` — a second, smaller llama.cpp model drafting greedily (with the same
   grammar as the target, which raises acceptance);
 * :class:`PromptLookupDrafter` — n-gram lookup in the context (llama-cpp-python's
-  ``LlamaPromptLookupDecoding``);
-* :class:`SpecStats` — drafted, accepted, draft and verify time per round, and the measured
-  alpha, cost ratio c and the speedup the formula predicts from them.
+  ``LlamaPromptLookupDecoding``).
+
+The per-round counters and the alpha / c / speed-up arithmetic are
+:class:`robot_latency.stats.SpecStats`, shared with the run summary.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from robot_latency.engines.base import EngineError
-from robot_latency.floor.predict import specdec_speedup
 
 log = logging.getLogger(__name__)
 
@@ -36,55 +35,6 @@ class Drafter(Protocol):
               output_start: int = 0) -> list[int]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class SpecStats:
-    """Speculative-decoding counters of one generation (times in ns)."""
-
-    k: int
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    draft_ns: int = 0
-    verify_ns: int = 0
-    per_round: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted)
-
-    def add_round(self, drafted: int, accepted: int, draft_ns: int, verify_ns: int) -> None:
-        """Count one draft-and-verify round."""
-        self.rounds += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        self.draft_ns += draft_ns
-        self.verify_ns += verify_ns
-        self.per_round.append((drafted, accepted))
-
-    @property
-    def alpha(self) -> float | None:
-        """Per-token acceptance rate: accepted / drafted."""
-        return self.accepted / self.drafted if self.drafted else None
-
-    @property
-    def cost_ratio(self) -> float | None:
-        """c: draft time per drafted token over target time per verify pass."""
-        if not self.drafted or not self.rounds or not self.verify_ns:
-            return None
-        return (self.draft_ns / self.drafted) / (self.verify_ns / self.rounds)
-
-    @property
-    def predicted_speedup(self) -> float | None:
-        """The formula's speedup from the measured alpha and c (v taken as 0)."""
-        alpha, c = self.alpha, self.cost_ratio
-        if alpha is None or c is None:
-            return None
-        return specdec_speedup(min(alpha, 1.0), self.k, c)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the record form (with the derived alpha, c and predicted speedup)."""
-        d = asdict(self)
-        d.update(alpha=self.alpha, cost_ratio=self.cost_ratio,
-                 predicted_speedup=self.predicted_speedup)
-        return d
 
 
 class PromptLookupDrafter:

@@ -24,7 +24,6 @@ separate position input that could disagree with the cache. Keys are stored afte
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_latency.digest import sha256_file
 from robot_latency.models.export import ExportError, GGUFShape, read_gguf
 
 __all__ = [
@@ -254,14 +254,6 @@ def _save(model: Any, path: Path, *, external: bool) -> None:
         onnx.save_model(model, str(path))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def export_onnx(gguf_path: str | Path, out_path: str | Path, *, opset: int = 17,
                 logits: str = "last") -> Path:
     """Write a llama GGUF (F32 or F16 tensors) as an ONNX decoder with KV cache I/O.
@@ -296,7 +288,7 @@ def export_onnx(gguf_path: str | Path, out_path: str | Path, *, opset: int = 17,
     doc = (f"llama decoder from {gguf_path.name}: {shape.n_layers} layers, dim {shape.dim}, "
            f"{shape.n_heads}/{shape.n_kv_heads} heads, vocab {shape.vocab_size}")
     model = _build_model(shape, tensors, opset=opset, logits=logits, doc=doc)
-    meta = {"source_gguf": gguf_path.name, "source_sha256": _sha256(gguf_path),
+    meta = {"source_gguf": gguf_path.name, "source_sha256": sha256_file(gguf_path),
             "logits": logits, "rope": "normal (adjacent pairs)", "weights": "fp32",
             "shape": json.dumps(shape.__dict__)}
     for key, value in meta.items():
@@ -374,11 +366,11 @@ def export_all(gguf_path: str | Path, out_dir: str | Path, *, name: str | None =
     int8 = quantize_onnx_int8(fp32, out_dir / f"{name}.int8.onnx")
 
     def entry(path: Path) -> dict[str, Any]:
-        out = {"path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+        out = {"path": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
         data = path.with_name(path.name + ".data")  # external weights, for large models
         if data.is_file():
             out["data"] = {"path": data.name, "bytes": data.stat().st_size,
-                           "sha256": _sha256(data)}
+                           "sha256": sha256_file(data)}
         return out
 
     manifest = {"source": {**entry(gguf_path), "path": str(gguf_path)}, "opset": opset,

@@ -15,14 +15,15 @@ from __future__ import annotations
 import logging
 import math
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.loop import PlannerLoop, Publisher
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.progress import CycleProgress
 from robot_latency.streams import CommandStream
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,18 @@ log = logging.getLogger(__name__)
 def _arrivals(stream: CommandStream, start_ns: int, speed: float) -> list[InboundCommand]:
     return [InboundCommand(c.command_id, c.text, start_ns + round(c.t_ns / speed), c.state)
             for c in stream.commands]
+
+
+def planned_cycles(config: PlannerConfig, stream: CommandStream, *, speed: float = 1.0,
+                   asap: bool = False, tail_cycles: int = 1) -> int:
+    """Return how many cycles a replay of ``stream`` runs: one per command (event mode, asap),
+    else the ticks until the last command arrives plus ``tail_cycles``."""
+    if not stream.commands:
+        return 0
+    if asap or config.mode == "event":
+        return len(stream.commands)
+    last_ns = round(stream.commands[-1].t_ns / speed)
+    return math.floor(last_ns / config.period_ns) + 1 + tail_cycles
 
 
 def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
@@ -68,34 +81,8 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
             loop.submit(nxt[0])
             nxt[0] = next(pending, None)
 
-    period = loop.config.period_ns
-    n_cycles = math.floor((arrivals[-1].arrival_ns - start) / period) + 1 + tail_cycles
+    n_cycles = planned_cycles(loop.config, stream, speed=speed, tail_cycles=tail_cycles)
     return loop.run_periodic(n_cycles, start_ns=start, feed=feed, should_stop=should_stop)
-
-
-class ReplayProgress:
-    """A tqdm bar over a replay's commands: cycles that planned a new command, misses so far.
-
-    Updated from the record consumer (after each record is on disk), so it never holds the loop.
-    """
-
-    def __init__(self, total: int, *, label: str | None, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc=label or "run", unit="cmd", file=sys.stderr,
-                        disable=not enabled, leave=True)
-        self.misses = 0
-
-    def update(self, rec: Any) -> None:
-        """Count one cycle record."""
-        if rec.command_arrival_ns is not None or rec.skipped:
-            self.bar.update(1)
-        if not rec.deadline_met:
-            self.misses += 1
-            self.bar.set_postfix(misses=self.misses, refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
@@ -105,7 +92,7 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
 
     With ``handle_signals``, SIGINT and SIGTERM end the replay after the current cycle: the
     cycle log is complete and flushed, and summary.json is written from it. With ``progress``,
-    a progress bar on stderr shows the commands planned and the misses so far.
+    a bar on stderr shows cycles done and misses so far (only when stderr is a terminal).
 
     Raises:
         RunError: the run could not start (log directory, engine, model).
@@ -119,10 +106,11 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
-    bar = ReplayProgress(len(stream.commands), label=config.label, enabled=progress)
+    bar = CycleProgress(planned_cycles(config.planner, stream, speed=speed, asap=asap),
+                        desc=config.label or "run", enabled=progress)
     try:
         with PlannerRun(config, publish=publish or (lambda envelope: None),
-                        on_record=bar.update) as run:
+                        on_record=bar.record) as run:
             run.enter_loop_thread()
             replay(run.loop, stream, speed=speed, asap=asap, should_stop=stop.is_set)
             summary = run.close()
@@ -130,5 +118,6 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
         summary["interrupted"] = stop.is_set()
         return summary
     finally:
+        bar.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

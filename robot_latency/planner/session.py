@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,8 @@ import psutil
 
 from robot_latency import __version__
 from robot_latency.clock import DEFAULT_CLOCK, Clock
-from robot_latency.engines.base import EngineError, create_engine
+from robot_latency.digest import sha256_file
+from robot_latency.engines.base import EngineError
 from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.hardware import HardwareProfile, get_device
@@ -43,11 +43,12 @@ from robot_latency.planner.budget import (
     loop_thread_state,
 )
 from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Runner
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
-from robot_latency.report.summary import summarize, write_summary
 from robot_latency.rosenv import ros_facts
+from robot_latency.stats import summarize, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +118,6 @@ def _host_steal_s() -> float | None:
         return None
 
 
-def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
-    """Return the hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(chunk_bytes):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _package_versions() -> dict[str, str | None]:
     from importlib import metadata
 
@@ -187,7 +179,7 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         raise RunError(f"cpu budget: {err}") from err
     try:
         if cfg.runner == "inline":
-            engine = create_engine(cfg.engine, clock=clock, **cfg.engine_options)
+            engine = create_planner_engine(cfg.engine, clock=clock, **cfg.engine_options)
             return InlineRunner(engine, clock=clock)
         runner = ProcessRunner(cfg.engine, cfg.engine_options,
                                hang_timeout_ms=cfg.hang_timeout_ms, clock=clock,

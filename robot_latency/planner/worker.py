@@ -55,9 +55,18 @@ class AbortFlag:
 
 
 def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
-                 options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None) -> None:
+                 options: dict[str, Any], nice: int, cpus: tuple[int, ...] | None,
+                 log_level: int = logging.WARNING) -> None:
     """Create the engine, then answer requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
+    # A spawned process starts with logging unconfigured: log at the parent's level, and route
+    # llama.cpp's own lines to the logger (debug) before any model loads here.
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s (engine worker): "
+                                                "%(message)s")
+    if engine_name != "sim":
+        from robot_latency.engines.llamalog import route_llama_log
+
+        route_llama_log()
     # The loop must win the CPU when both want it: the engine runs at a lower priority, and on
     # its own cores when told which. A loop running real-time (chrt) must not pass that on.
     if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
@@ -66,10 +75,10 @@ def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
         os.nice(nice)
     if cpus:
         os.sched_setaffinity(0, cpus)
-    from robot_latency.engines.base import create_engine
+    from robot_latency.planner.engine import create_planner_engine
 
     try:
-        engine = create_engine(engine_name, **options)
+        engine = create_planner_engine(engine_name, **options)
     except Exception as err:
         conn.send(("load_error", f"{type(err).__name__}: {err}"))
         return
@@ -156,7 +165,9 @@ class ProcessRunner:
         self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
                                        args=(child, self._abort, self.engine_name,
                                              self.options, self.worker_nice,
-                                             self.worker_cpus), daemon=True)
+                                             self.worker_cpus,
+                                             logging.getLogger().getEffectiveLevel()),
+                                       daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -246,8 +257,35 @@ class ProcessRunner:
         elif self.clock() - self._busy_give_up_ns > self.hang_timeout_ns:
             self._restart("worker hung past the watchdog")
 
+    def _wait_free(self, give_up_ns: int) -> bool:
+        """Wait, until ``give_up_ns``, for the worker to answer a request aborted earlier.
+
+        An abort lands within milliseconds, so a cycle that starts while the worker still
+        finishes the previous (aborted) request waits for it within its own budget rather than
+        falling back at once. True when the worker is free; False at the give-up time, or when
+        it died (it is then restarted).
+        """
+        assert self._conn is not None
+        self.events.append((self.clock(), f"waiting for aborted request {self._busy_seq}"))
+        while self._busy_seq is not None:
+            try:
+                if not self._wait_ready(give_up_ns):
+                    return False
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                self._restart("worker died finishing an aborted request")
+                return False
+            if msg[0] in ("trace", "error") and msg[1] == self._busy_seq:
+                self._busy_seq = None
+        self.events.append((self.clock(), "worker free after the aborted request"))
+        return True
+
     def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
-        """Send ``request`` to the worker; wait at most until ``give_up_ns``."""
+        """Send ``request`` to the worker; wait at most until ``give_up_ns``.
+
+        A worker still finishing a request aborted in an earlier cycle is waited for within
+        this budget; only a worker not free by ``give_up_ns`` gives ``unavailable``.
+        """
         if self._proc is None or self._conn is None:
             self._restart("no worker")
         assert self._proc is not None and self._conn is not None
@@ -264,7 +302,7 @@ class ProcessRunner:
             self._restart(f"worker died (exit code {self._proc.exitcode})")
             return RunOutcome(None, "unavailable", "engine worker died; restarting")
         self._drain_late()
-        if self._busy_seq is not None:
+        if self._busy_seq is not None and not self._wait_free(give_up_ns):
             return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle")
         if self._loading or self._proc is None or self._conn is None:
             return RunOutcome(None, "unavailable", "engine restarting")

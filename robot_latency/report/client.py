@@ -37,7 +37,7 @@ from typing import Any
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.rundir import ReportError
-from robot_latency.report.summary import distribution, wilson_interval, write_summary
+from robot_latency.stats import distribution, wilson_interval, write_summary
 
 log = logging.getLogger(__name__)
 

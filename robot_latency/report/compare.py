@@ -65,7 +65,7 @@ from robot_latency.report.rundir import (
     target_device_id,
     target_itl_floor_ms,
 )
-from robot_latency.report.summary import distribution, speculative_summary, wilson_interval
+from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from robot_latency.report.diagnose import (
 )
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
-from robot_latency.report.summary import P99_MIN_SAMPLES
+from robot_latency.stats import P99_MIN_SAMPLES
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from robot_latency.report.rundir import (
     target_device_id,
     target_itl_floor_ms,
 )
-from robot_latency.report.summary import wilson_interval
+from robot_latency.stats import wilson_interval
 
 log = logging.getLogger(__name__)
 

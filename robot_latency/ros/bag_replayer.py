@@ -38,7 +38,8 @@ from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
-from robot_latency.ros.params import REPLAYER_PARAMS, ParamError, replayer_settings
+from robot_latency.ros.params import ParamError
+from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
 from robot_latency.streams import CommandStream, StreamError, read_stream
 
 log = logging.getLogger(__name__)
@@ -147,14 +148,16 @@ def main(argv: list[str] | None = None) -> int:
             s = node.settings
             executor = SingleThreadedExecutor()
             executor.add_node(node)
-            # Wait (spinning, so discovery runs) for someone to listen, then the start delay.
+            # Wait (spinning, so discovery runs) for the listeners, then the start delay.
             publisher = node.publisher
-            matched = spin_until(executor, stop,
-                                 done=lambda: publisher.get_subscription_count() > 0,
-                                 deadline_s=time.monotonic() + s.wait_for_subscriber_s)
+            matched = spin_until(
+                executor, stop,
+                done=lambda: publisher.get_subscription_count() >= s.min_subscribers,
+                deadline_s=time.monotonic() + s.wait_for_subscriber_s)
             if not matched and not stop.is_set():
                 node.get_logger().warning(
-                    f"no subscriber on {node.publisher.topic_name} after "
+                    f"{publisher.get_subscription_count()} of {s.min_subscribers} "
+                    f"subscriber(s) on {publisher.topic_name} after "
                     f"{s.wait_for_subscriber_s:g} s; replaying anyway")
             spin_until(executor, stop, deadline_s=time.monotonic() + s.start_delay_s)
             start_ns = time.perf_counter_ns()

@@ -16,7 +16,7 @@ from typing import Any
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.records import CycleRecord
-from robot_latency.report.summary import distribution, wilson_interval
+from robot_latency.stats import distribution, wilson_interval
 
 # Levels as diagnostic_msgs/DiagnosticStatus defines them (OK=0, WARN=1, ERROR=2, STALE=3).
 OK, WARN, ERROR, STALE = 0, 1, 2, 3

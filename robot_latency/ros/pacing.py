@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
-from robot_latency.report.summary import distribution
+from robot_latency.stats import distribution
 from robot_latency.streams import Command
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
 """The ROS parameters of the planner and bag-replayer nodes: declared once, validated in one place.
 
-Pure Python (no rclpy): each node declares the parameters of its table (:data:`PLANNER_PARAMS`,
-:data:`REPLAYER_PARAMS`) with the default, description and range given here, reads them once,
-and builds its configuration with :func:`planner_settings` / :func:`replayer_settings`. Those
+Pure Python (no rclpy): each node declares the parameters of its table (:data:`PLANNER_PARAMS`
+here, :data:`~robot_latency.ros.replayer_params.REPLAYER_PARAMS`) with the default, description
+and range given there, reads them once, and builds its configuration with
+:func:`planner_settings` / :func:`~robot_latency.ros.replayer_params.replayer_settings`. Those
 raise :class:`ParamError`, whose message starts with the parameter's name, for any bad value.
 Runtime updates go through :func:`check_update`: only the diagnostics settings may change while
 the node runs; everything else builds the engine and the loop at start-up.
@@ -190,38 +191,7 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           low=0.05, high=3600.0, runtime=True),
 )
 
-#: The bag replayer node's parameters, in declaration order.
-REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
-    _spec("bag", "", "string", "rosbag2 directory, bare .mcap or .jsonl command stream"),
-    _spec("topic", "", "string",
-          "command topic in the bag; empty: the bag's only std_msgs/msg/String topic"),
-    _spec("speed", 1.0, "double", "time compression of the recording (2.0: twice as fast)",
-          low=0.001, high=1000.0),
-    _spec("loop_count", 1, "integer", "times the stream is played", low=1, high=1_000_000),
-    _spec("loop_gap_s", 1.0, "double", "pause between the end of one play and the next (s)",
-          low=0.0, high=3600.0),
-    _spec("start_delay_s", 1.0, "double",
-          "pause after a subscriber is found (or wait_for_subscriber_s ran out) before the "
-          "first command (s)", low=0.0, high=3600.0),
-    _spec("wait_for_subscriber_s", 10.0, "double",
-          "wait at most this long for a subscriber to the command topic before starting (s)",
-          low=0.0, high=3600.0),
-    _spec("tail_s", 1.0, "double",
-          "keep running this long after the last command, so it is delivered and answered (s)",
-          low=0.0, high=3600.0),
-    _spec("stay_alive", False, "bool", "keep running after the replay instead of exiting"),
-    _spec("client_log_dir", "", "string",
-          "measure at the client edge and write client.jsonl and client_summary.json here "
-          "(usually the planner's run directory): each command is sent tagged with its id "
-          "({\"command_id\", \"text\"} JSON) and plans are matched to it; empty: plain "
-          "text commands, nothing measured"),
-    _spec("deadline_ms", 0.0, "double",
-          "deadline for the receiver-side miss rate (ms); 0: the one the plans carry",
-          low=0.0, high=3_600_000.0),
-)
-
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
-REPLAYER_NAMES = frozenset(s.name for s in REPLAYER_PARAMS)
 _BY_NAME = {s.name: s for s in PLANNER_PARAMS}
 
 
@@ -294,7 +264,12 @@ def _number(name: str, value: Any, *, integer: bool) -> int | float:
     return float(value)
 
 
-def _typed(table: Sequence[ParamSpec], values: Mapping[str, Any]) -> dict[str, Any]:
+def typed_values(table: Sequence[ParamSpec], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Return every parameter of ``table``: the given value, else the default, coerced.
+
+    Raises:
+        ParamError: a name not in the table, or a value of the wrong kind or out of range.
+    """
     known = {s.name for s in table}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -359,7 +334,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
     Raises:
         ParamError: any bad value; the message names the parameter.
     """
-    v = _typed(PLANNER_PARAMS, values)
+    v = typed_values(PLANNER_PARAMS, values)
     try:
         planner = PlannerConfig(
             period_ms=v["period_ms"], deadline_ms=v["deadline_ms"], mode=v["mode"],
@@ -453,43 +428,3 @@ def coerce_or_none(spec: ParamSpec, value: Any) -> Any:
         return coerce(spec, value)
     except ParamError:
         return None
-
-
-# --- bag replayer -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReplayerSettings:
-    """The bag replayer's settings (see :data:`REPLAYER_PARAMS`)."""
-
-    bag: Path
-    topic: str | None
-    speed: float
-    loop_count: int
-    loop_gap_s: float
-    start_delay_s: float
-    wait_for_subscriber_s: float
-    tail_s: float
-    stay_alive: bool
-    client_log_dir: Path | None = None
-    deadline_ms: float | None = None
-
-
-def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
-    """Build the bag replayer's settings from parameter values.
-
-    Raises:
-        ParamError: any bad value, or no ``bag`` given.
-    """
-    v = _typed(REPLAYER_PARAMS, values)
-    if not v["bag"].strip():
-        raise ParamError("bag", "required: the stream to replay (bag directory, .mcap or "
-                                ".jsonl), e.g. --ros-args -p bag:=/path/to/bag")
-    if not v["speed"] > 0:
-        raise ParamError("speed", f"{v['speed']!r}: must be > 0")
-    return ReplayerSettings(bag=Path(v["bag"]).expanduser(), topic=v["topic"].strip() or None,
-                            speed=v["speed"], loop_count=v["loop_count"],
-                            loop_gap_s=v["loop_gap_s"], start_delay_s=v["start_delay_s"],
-                            wait_for_subscriber_s=v["wait_for_subscriber_s"], tail_s=v["tail_s"],
-                            stay_alive=v["stay_alive"],
-                            client_log_dir=(Path(v["client_log_dir"]).expanduser()
-                                            if v["client_log_dir"].strip() else None),
-                            deadline_ms=v["deadline_ms"] or None)

@@ -9,9 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import gguf  # noqa: F401  (a hard requirement: a missing one fails)
 import pytest
-
-pytest.importorskip("gguf")
 
 from robot_latency.cli import main
 from robot_latency.records import CycleRecord, JsonlSink

@@ -13,11 +13,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
+import onnx  # noqa: F401  (a hard requirement: a missing one fails)
+import onnxruntime  # noqa: F401  (a hard requirement: a missing one fails)
 import pytest
-
-pytest.importorskip("llama_cpp")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
 
 import robot_latency.engines.onnx  # noqa: F401  (registers "onnx")
 from robot_latency.clock import ScriptedClock

@@ -9,13 +9,14 @@ import pytest
 from robot_latency.clock import ScriptedClock
 from robot_latency.engines import ENGINES, EngineError, GenerationRequest, StopReason, create_engine
 from robot_latency.engines.base import UnknownEngineError
+from robot_latency.planner.engine import rule_responder
 
 PROMPT = "pick up the red cup and put it on the tray<plan>"
 
 
 def _trace(seed: int = 0, **opts: object):
     clock = ScriptedClock(start_ns=10**9)
-    engine = create_engine("sim", clock=clock, seed=seed, **opts)
+    engine = create_engine("sim", clock=clock, seed=seed, responder=rule_responder, **opts)
     return engine, engine.generate(GenerationRequest(prompt=PROMPT))
 
 
@@ -23,6 +24,15 @@ def test_registered_and_unknown_engine_named() -> None:
     assert "sim" in ENGINES
     with pytest.raises(UnknownEngineError, match=r"'nope'.*sim"):
         create_engine("nope")
+
+
+def test_plans_come_from_the_injected_responder() -> None:
+    with pytest.raises(EngineError, match="no responder"):
+        create_engine("sim")
+    engine = create_engine("sim", clock=ScriptedClock(), jitter_sigma=0.0,
+                           responder=lambda prompt: ["<stop>", "<end>"])
+    trace = engine.generate(GenerationRequest(prompt=PROMPT))
+    assert trace.text == "<stop>" and trace.stop_reason is StopReason.DONE
 
 
 def test_output_is_the_rule_plan_and_timing_is_consistent() -> None:
@@ -53,7 +63,8 @@ def test_slower_device_is_slower_by_the_bandwidth_ratio() -> None:
 
 def test_stops_at_the_deadline() -> None:
     clock = ScriptedClock(start_ns=0)
-    engine = create_engine("sim", clock=clock, device="orin-nano-4gb", efficiency=0.1)
+    engine = create_engine("sim", clock=clock, device="orin-nano-4gb", efficiency=0.1,
+                           responder=rule_responder)
     trace = engine.generate(GenerationRequest(prompt=PROMPT, deadline_ns=60_000_000))
     assert trace.stop_reason is StopReason.DEADLINE
     assert trace.finished_ns == 60_000_000
@@ -62,7 +73,7 @@ def test_stops_at_the_deadline() -> None:
 
 def test_abort_signal_and_max_tokens() -> None:
     clock = ScriptedClock()
-    engine = create_engine("sim", clock=clock)
+    engine = create_engine("sim", clock=clock, responder=rule_responder)
     ev = threading.Event()
     ev.set()
     assert engine.generate(GenerationRequest(prompt=PROMPT), abort=ev).stop_reason \
@@ -77,7 +88,7 @@ def test_abort_signal_and_max_tokens() -> None:
 ])
 def test_bad_options_named(opts: dict, needle: str) -> None:
     with pytest.raises(EngineError, match=needle):
-        create_engine("sim", **opts)
+        create_engine("sim", **opts, responder=rule_responder)
 
 
 def test_jitter_resampled_from_a_recorded_run(tmp_path) -> None:
@@ -101,4 +112,4 @@ def test_jitter_resampled_from_a_recorded_run(tmp_path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(EngineError, match="need at least 10"):
-        create_engine("sim", jitter_from=str(empty))
+        create_engine("sim", jitter_from=str(empty), responder=rule_responder)

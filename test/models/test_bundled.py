@@ -9,17 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 
+import gguf
+import llama_cpp
 import pytest
 
 from robot_latency.models import bundled
 from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
+from robot_latency.models.evaluate import GGUFPlanner, acceptance_rate, exact_match
 from robot_latency.models.tokenizer import build_vocab
 from robot_latency.plan.actions import expand_to_plan, parse_actions, validate_plan
-
-llama_cpp = pytest.importorskip("llama_cpp")
-gguf = pytest.importorskip("gguf")
-
-from robot_latency.models.evaluate import GGUFPlanner, acceptance_rate, exact_match  # noqa: E402
 
 N_EVAL = 200
 

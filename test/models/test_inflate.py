@@ -8,18 +8,18 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+import gguf
+import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
 import numpy as np
 import pytest
 
-pytest.importorskip("llama_cpp")
-gguf = pytest.importorskip("gguf")
-
-from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf  # noqa: E402
-from robot_latency.models import inflate as inf  # noqa: E402
-from robot_latency.models.evaluate import GGUFPlanner  # noqa: E402
-from robot_latency.models.export import GGUFShape, gguf_tensor_names  # noqa: E402
-from robot_latency.models.ladder import build_ladder, greedy_plans  # noqa: E402
-from robot_latency.models.tokenizer import build_vocab  # noqa: E402
+from robot_latency.engines.greedy import greedy_plans
+from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf
+from robot_latency.models import inflate as inf
+from robot_latency.models.evaluate import GGUFPlanner
+from robot_latency.models.export import GGUFShape, gguf_tensor_names
+from robot_latency.models.ladder import build_ladder
+from robot_latency.models.tokenizer import build_vocab
 
 COMMANDS = [
     "pick up the red cup",

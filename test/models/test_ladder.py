@@ -7,12 +7,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import gguf
 import pytest
 
-pytest.importorskip("llama_cpp")
-gguf = pytest.importorskip("gguf")
-
-from robot_latency.models import ladder  # noqa: E402
+from robot_latency.digest import sha256_file
+from robot_latency.engines.greedy import plan_accuracy_by_level
+from robot_latency.models import ladder
 
 COMMANDS = ["pick up the red cup", "stop", "go to the kitchen slowly", "hand it to me"]
 
@@ -46,7 +46,7 @@ def test_levels_built_with_real_types(built) -> None:
         path = man.path(q)
         assert path.name == f"tiny.{q}.gguf"
         assert path.stat().st_size == lv.bytes
-        assert lv.sha256 == ladder.sha256_file(path)
+        assert lv.sha256 == sha256_file(path)
         assert lv.tensors == file_types(path)  # recorded types are the file's
         assert sum(lv.tensor_types.values()) == len(lv.tensors)
         assert lv.seconds >= 0
@@ -69,7 +69,7 @@ def test_manifest_file(built) -> None:
     src, man = built
     data = json.loads(man.manifest_path.read_text())
     assert man.manifest_path.name == "tiny.ladder.json"
-    assert data["source_sha256"] == ladder.sha256_file(src)
+    assert data["source_sha256"] == sha256_file(src)
     assert data["quants"] == man.quants
     assert set(data["levels"]["Q4_0"]) >= {"file", "bytes", "sha256", "effective_bpw",
                                            "tensor_types", "tensors", "seconds"}
@@ -98,7 +98,7 @@ def test_skip_on_match_and_rebuild_on_change(tmp_path, tiny_gguf) -> None:
     changed = ladder.build_ladder(src, cache, quants=("Q8_0", "Q4_0"))
     assert changed.built == ["Q8_0", "Q4_0"]
     assert changed.quants == ["Q8_0", "Q4_0"]
-    assert changed.source_sha256 == ladder.sha256_file(src)
+    assert changed.source_sha256 == sha256_file(src)
 
 
 def test_k_quant_fallback_recorded(tmp_path, tiny_gguf) -> None:
@@ -130,11 +130,11 @@ def test_ladder_model_path_and_bad_quant(tmp_path, monkeypatch, tiny_gguf) -> No
 
 def test_plan_accuracy_by_level(built) -> None:
     _, man = built
-    acc = ladder.plan_accuracy_by_level(man, COMMANDS, reference="F16")
+    acc = plan_accuracy_by_level(man, COMMANDS, reference="F16")
     assert list(acc) == man.quants
     assert acc["F16"] == 1.0
     assert all(0.0 <= a <= 1.0 for a in acc.values())
-    src_acc = ladder.plan_accuracy_by_level(man, COMMANDS[:2], reference="source")
+    src_acc = plan_accuracy_by_level(man, COMMANDS[:2], reference="source")
     assert src_acc["F16"] == 1.0  # F32 -> F16 keeps these greedy plans
 
 

@@ -14,21 +14,20 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
+import onnx  # noqa: F401  (a hard requirement: a missing one fails)
+import onnxruntime as ort
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp")
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
-
-from robot_latency.models.onnx_export import (  # noqa: E402
+from robot_latency.models.onnx_export import (
     OnnxExportError,
     export_all,
     export_onnx,
     onnx_io_names,
     quantize_onnx_int8,
 )
-from robot_latency.models.tokenizer import build_vocab, format_prompt  # noqa: E402
+from robot_latency.models.tokenizer import build_vocab, format_prompt
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
             "bring me the blue bottle", "find the green ball then go to the garage"]

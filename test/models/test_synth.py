@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import gguf
+import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
 import pytest
 
-pytest.importorskip("llama_cpp")
-gguf = pytest.importorskip("gguf")
-
-from robot_latency.engines.base import GenerationRequest, create_engine  # noqa: E402
-from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf  # noqa: E402
-from robot_latency.models import synth as syn  # noqa: E402
-from robot_latency.models.ladder import LadderError  # noqa: E402
-from robot_latency.models.tokenizer import build_vocab, format_prompt  # noqa: E402
-from robot_latency.plan.actions import actions_gbnf  # noqa: E402
+from robot_latency.engines.base import GenerationRequest, create_engine
+from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf
+from robot_latency.models import synth as syn
+from robot_latency.models.ladder import LadderError
+from robot_latency.models.tokenizer import build_vocab, format_prompt
+from robot_latency.plan.actions import actions_gbnf
 
 
 def test_smollm2_135m_q4_0(tmp_path) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import gguf  # noqa: F401  (a hard requirement: a missing one fails)
+import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
 import pytest
 
 from robot_latency.models.corpus import grammar_words
-from robot_latency.models.tokenizer import SPACE, build_vocab, format_prompt
+from robot_latency.models.tokenizer import SPACE, PlannerTokenizer, build_vocab, format_prompt
 from robot_latency.plan.actions import ACTION_TOKENS
-
-pytest.importorskip("llama_cpp")
-pytest.importorskip("gguf")
-
-from robot_latency.models.tokenizer import PlannerTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import platform
+
+import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("llama_cpp")
+if platform.machine() in ("x86_64", "AMD64"):
+    import torch  # requirements/test.txt installs it on x86-64: a missing one fails here
+else:
+    torch = pytest.importorskip(
+        "torch", reason="torch is installed for the tests on x86-64 only (requirements/test.txt)")
 
-from robot_latency.models import bundled  # noqa: E402
-from robot_latency.models.corpus import (  # noqa: E402
+from robot_latency.models import bundled
+from robot_latency.models.corpus import (
     CorpusConfig,
     corpus_config_from_dict,
     generate_corpus,
 )
-from robot_latency.models.evaluate import GGUFPlanner  # noqa: E402
-from robot_latency.models.export import GGUFShape, export_gguf, read_gguf  # noqa: E402
-from robot_latency.models.tokenizer import PlannerTokenizer  # noqa: E402
-from robot_latency.models.train import (  # noqa: E402
-    LlamaModel,
+from robot_latency.models.evaluate import GGUFPlanner
+from robot_latency.models.export import GGUFShape, export_gguf, read_gguf
+from robot_latency.models.tokenizer import PlannerTokenizer
+from robot_latency.models.torch_llama import LlamaModel
+from robot_latency.models.train import (
     TrainConfig,
     build_examples,
     greedy_decode,

@@ -117,7 +117,8 @@ def test_realtime_priority_is_applied_or_refused_with_how_to_grant_it() -> None:
 
 WAIT_FOR_FLAG = """
 import time
-deadline = time.monotonic() + 10
+waiting.value = 2 if flag.is_set() else 1  # started, and saw the flag clear
+deadline = time.monotonic() + 60  # a safety net only: the parent sets the flag once told
 while not flag.is_set() and time.monotonic() < deadline:
     pass
 seen.value = 1 if flag.is_set() else 2
@@ -125,19 +126,29 @@ seen.value = 1 if flag.is_set() else 2
 
 
 def test_abort_flag_crosses_processes_without_a_lock(tmp_path: Path) -> None:
+    """The child reports that it is waiting with the flag clear; only then does the parent set
+    it, and the child must see the store (events, not a sleep that hopes the child started)."""
     script = tmp_path / "wait_for_flag.py"
     script.write_text(WAIT_FOR_FLAG)
     ctx = mp.get_context("spawn")
     flag = AbortFlag(ctx)
-    seen = ctx.RawValue("i", 0)
+    waiting, seen = ctx.RawValue("i", 0), ctx.RawValue("i", 0)
     child = ctx.Process(target=runpy.run_path, args=(str(script),),
-                        kwargs={"init_globals": {"flag": flag, "seen": seen}})
+                        kwargs={"init_globals": {"flag": flag, "waiting": waiting, "seen": seen}})
     child.start()
-    time.sleep(0.5)
-    assert seen.value == 0 and not flag.is_set()
-    flag.set()
-    child.join(15)
-    assert child.exitcode == 0 and seen.value == 1
+    try:
+        end = time.monotonic() + 120
+        while waiting.value == 0:
+            assert child.is_alive() or waiting.value, f"child exited {child.exitcode}"
+            assert time.monotonic() < end, "the child never started waiting"
+            time.sleep(0.01)
+        assert waiting.value == 1 and seen.value == 0 and not flag.is_set()
+        flag.set()
+        child.join(120)
+        assert child.exitcode == 0 and seen.value == 1
+    finally:
+        if child.is_alive():
+            child.kill()
     flag.clear()
     assert not flag.is_set()
 

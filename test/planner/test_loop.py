@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from robot_latency.clock import ScriptedClock
-from robot_latency.engines import GenerationRequest, GenerationTrace, create_engine
+from robot_latency.engines import GenerationRequest, GenerationTrace
 from robot_latency.engines.sim import SimConfig, SimEngine
 from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.engine import create_planner_engine, rule_responder
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
 from robot_latency.records import CycleRecord, RecordError
@@ -24,7 +25,8 @@ class Harness:
     def __init__(self, engine: Any = None, clock: ScriptedClock | None = None,
                  **cfg: Any) -> None:
         self.clock = clock or ScriptedClock(start_ns=10**9)
-        self.engine = engine or create_engine("sim", clock=self.clock, device="orin-agx-64gb")
+        self.engine = engine or create_planner_engine("sim", clock=self.clock,
+                                                      device="orin-agx-64gb")
         self.plans: list[dict] = []
         self.records: list[CycleRecord] = []
         self.loop = PlannerLoop(PlannerConfig(**{"period_ms": 100, "deadline_ms": 50, **cfg}),
@@ -64,7 +66,7 @@ def test_model_plan_published_in_time() -> None:
 
 def test_slow_model_falls_back_by_the_deadline() -> None:
     clock = ScriptedClock(start_ns=0)
-    slow = create_engine("sim", clock=clock, device="orin-nano-4gb", efficiency=0.1)
+    slow = create_planner_engine("sim", clock=clock, device="orin-nano-4gb", efficiency=0.1)
     h = Harness(engine=slow, clock=clock)
     h.say(CUP)
     h.loop.run_periodic(3)
@@ -166,7 +168,8 @@ class FaultyEngine:
 
 def test_engine_error_and_overrun_recorded_and_loop_goes_on() -> None:
     clock = ScriptedClock(start_ns=0)
-    engine = FaultyEngine(SimEngine(SimConfig(device="orin-agx-64gb"), clock=clock), clock,
+    engine = FaultyEngine(SimEngine(SimConfig(device="orin-agx-64gb"), clock=clock,
+                                    responder=rule_responder), clock,
                           raise_on={1}, hang_ms_on={3: 260})
     h = Harness(engine=engine, clock=clock)
     h.say(CUP)

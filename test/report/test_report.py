@@ -29,7 +29,7 @@ from robot_latency.report.plots import (
     plot_ttft_cdf,
 )
 from robot_latency.report.rundir import ReportError, RunDirError, load_run
-from robot_latency.report.summary import summarize, wilson_interval, write_summary
+from robot_latency.stats import summarize, wilson_interval, write_summary
 
 MS = 1_000_000
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

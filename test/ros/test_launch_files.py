@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from robot_latency.ros.params import PLANNER_NAMES, REPLAYER_NAMES, planner_settings
+from robot_latency.ros.params import PLANNER_NAMES, planner_settings
+from robot_latency.ros.replayer_params import REPLAYER_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))

@@ -16,14 +16,8 @@ from robot_latency.ros.diagnostics import (
     DiagnosticThresholds,
 )
 from robot_latency.ros.pacing import Pacer, schedule
-from robot_latency.ros.params import (
-    PLANNER_PARAMS,
-    REPLAYER_PARAMS,
-    ParamError,
-    check_update,
-    planner_settings,
-    replayer_settings,
-)
+from robot_latency.ros.params import PLANNER_PARAMS, ParamError, check_update, planner_settings
+from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
 from robot_latency.streams import Command
 
 JETSON = Path(__file__).resolve().parent.parent / "fixtures" / "jetson"
@@ -126,6 +120,10 @@ def test_runtime_updates(tmp_path: Path) -> None:
 def test_replayer_settings() -> None:
     s = replayer_settings({"bag": "~/bags/x", "speed": 2, "loop_count": 3})
     assert s.bag == Path("~/bags/x").expanduser() and s.speed == 2.0 and s.topic is None
+    assert s.min_subscribers == 1
+    assert replayer_settings({"bag": "x", "min_subscribers": 2}).min_subscribers == 2
+    with pytest.raises(ParamError, match="'min_subscribers'"):
+        replayer_settings({"bag": "x", "min_subscribers": 0})
     with pytest.raises(ParamError, match="'bag'"):
         replayer_settings({})
     with pytest.raises(ParamError, match="'speed'"):

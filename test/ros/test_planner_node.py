@@ -279,7 +279,9 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
     replayed = [f"{driver.id_prefix}{before['received'] + i}" for i in range(len(texts))]
     n_commands = len(probe.snapshot("commands"))
     done = subprocess.run(
-        [str(BIN / "bag_replayer"), "--ros-args", "-p", f"bag:={bag}",
+        # Two listen on the command topic (the planner and the probe): a command sent before
+        # both are matched would reach only one of them.
+        [str(BIN / "bag_replayer"), "--ros-args", "-p", f"bag:={bag}", "-p", "min_subscribers:=2",
          "-p", "start_delay_s:=0.2", "-p", "tail_s:=0.3"],
         env=ros_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + done.stdout

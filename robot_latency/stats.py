@@ -1,4 +1,9 @@
-"""Summaries of a run: percentiles with their sample counts, miss rate with a Wilson interval.
+"""Statistics of a run: percentiles with their sample counts, miss rate with a Wilson interval,
+speculative decoding's alpha, cost ratio and speed-up, and the run summary built from them.
+
+One module below the planner, the report and the ROS nodes, which all import it: the planner
+writes ``summary.json`` when a run closes, the report compares runs, the node's diagnostics
+publish rolling percentiles.
 
 ``summary.json`` layout (stable; later tools script against it)::
 
@@ -20,7 +25,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +99,77 @@ def _metric_values(records: Sequence[CycleRecord], metric: str) -> list[float]:
     return [v / 1e6 for v in values if v is not None]
 
 
+@dataclass
+class SpecStats:
+    """Speculative-decoding counters (times in ns): of one generation, or summed over a run.
+
+    The one place alpha, the cost ratio c and the formula's speed-up are computed from counts.
+    """
+
+    k: int
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_ns: int = 0
+    verify_ns: int = 0
+    per_round: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted)
+
+    def add_round(self, drafted: int, accepted: int, draft_ns: int, verify_ns: int) -> None:
+        """Count one draft-and-verify round."""
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_ns += draft_ns
+        self.verify_ns += verify_ns
+        self.per_round.append((drafted, accepted))
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance rate: accepted / drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c: draft time per drafted token over target time per verify pass."""
+        if not self.drafted or not self.rounds or not self.verify_ns:
+            return None
+        return (self.draft_ns / self.drafted) / (self.verify_ns / self.rounds)
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        """Tokens each round yields: the accepted ones plus the target's own."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else None
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """The formula's speedup from the measured alpha and c (v taken as 0)."""
+        # Imported here: the floor model reads GGUF metadata (gguf, numpy); the ROS nodes' use of
+        # this module (rolling percentiles) should not pay for it at start-up.
+        from robot_latency.floor.predict import specdec_speedup
+
+        alpha, c = self.alpha, self.cost_ratio
+        if alpha is None or c is None or self.k < 1:
+            return None
+        return specdec_speedup(min(alpha, 1.0), self.k, c)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the record form (with the derived alpha, c and predicted speedup)."""
+        d = asdict(self)
+        d.update(alpha=self.alpha, cost_ratio=self.cost_ratio,
+                 predicted_speedup=self.predicted_speedup)
+        return d
+
+    @classmethod
+    def total(cls, per_cycle: Iterable[dict[str, Any]]) -> SpecStats:
+        """Sum records' ``draft`` dicts (the :meth:`to_dict` form); k is the largest seen."""
+        out = cls(k=0)
+        for d in per_cycle:
+            out.k = max(out.k, int(d.get("k") or 0))
+            for key in ("rounds", "drafted", "accepted", "draft_ns", "verify_ns"):
+                setattr(out, key, getattr(out, key) + int(d.get(key) or 0))
+        return out
+
+
 def speculative_summary(records: Sequence[CycleRecord]) -> dict[str, Any] | None:
     """Speculative decoding over a run: rounds, alpha, c and the formula's speedup (v = 0).
 
@@ -102,25 +178,14 @@ def speculative_summary(records: Sequence[CycleRecord]) -> dict[str, Any] | None
     None when no cycle drafted. The measured speed-up needs the same target without a draft:
     ``robot-latency report`` puts it next to the reference run (``tpot_speedup``).
     """
-    from robot_latency.floor.predict import specdec_speedup
-
-    stats = [r.draft for r in records if r.draft and r.draft.get("rounds")]
-    if not stats:
+    drafted = [r.draft for r in records if r.draft and r.draft.get("rounds")]
+    if not drafted:
         return None
-    total = {key: sum(int(d.get(key) or 0) for d in stats)
-             for key in ("rounds", "drafted", "accepted", "draft_ns", "verify_ns")}
-    k = max(int(d.get("k") or 0) for d in stats)
-    alpha = total["accepted"] / total["drafted"] if total["drafted"] else None
-    c = None
-    if total["drafted"] and total["verify_ns"]:
-        c = (total["draft_ns"] / total["drafted"]) / (total["verify_ns"] / total["rounds"])
-    predicted = (specdec_speedup(min(alpha, 1.0), k, c)
-                 if alpha is not None and c is not None and k else None)
-    return {"cycles": len(stats), "k": k, **{key: total[key] for key in
-                                            ("rounds", "drafted", "accepted")},
-            "alpha": alpha, "cost_ratio": c,
-            "tokens_per_round": (total["accepted"] + total["rounds"]) / total["rounds"],
-            "predicted_speedup": predicted}
+    total = SpecStats.total(drafted)
+    return {"cycles": len(drafted), "k": total.k, "rounds": total.rounds,
+            "drafted": total.drafted, "accepted": total.accepted, "alpha": total.alpha,
+            "cost_ratio": total.cost_ratio, "tokens_per_round": total.tokens_per_round,
+            "predicted_speedup": total.predicted_speedup}
 
 
 def _steal_ms(records: Sequence[CycleRecord]) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from robot_latency.records import CycleRecord
-from robot_latency.report.summary import distribution, summarize, wilson_interval, write_summary
+from robot_latency.stats import distribution, summarize, wilson_interval, write_summary
 
 MS = 1_000_000
 

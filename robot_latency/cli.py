@@ -17,21 +17,16 @@ from typing import Any
 
 from robot_latency import __version__
 from robot_latency.demo import DemoError
+from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import (
-    DEVICES,
-    HardwareProfile,
-    detect_jetson,
-    get_device,
-    list_devices,
-    load_or_probe_host,
-)
+from robot_latency.floor.jetson import detect_jetson
 from robot_latency.floor.modelinfo import (
     ModelProfile,
     profile_manual,
     resolve_model,
 )
 from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_estimate
+from robot_latency.floor.probe import load_or_probe_host
 from robot_latency.planner.budget import CpuBudget, available_cpus, parse_cpu_list
 from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.session import RunError

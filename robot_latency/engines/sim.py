@@ -29,8 +29,8 @@ from robot_latency.engines.base import (
     StopReason,
     register_engine,
 )
+from robot_latency.floor.devices import get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import get_device
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
 from robot_latency.models.plan import END_TOKEN, PLAN_TOKEN, steps_to_tokens

@@ -1,7 +1,7 @@
 """Bandwidth-floor predictions: decode step, prefill, memory fit and speculative decoding.
 
-The formulas are those of REFERENCE section 1 and 2. Units: GB = 1e9 bytes, GB/s = 1e9 bytes/s,
-TFLOPS = 1e12 FLOP/s, as device datasheets use them.
+The formulas are those of docs/REFERENCE.md, "The latency model" and "Speculative decoding".
+Units: GB = 1e9 bytes, GB/s = 1e9 bytes/s, TFLOPS = 1e12 FLOP/s, as device datasheets use them.
 
     t_step    >= (W + B * KV_seq) / BW
     t_prefill >= 2 * params * prompt_tokens / (efficiency * peak_FLOPs)
@@ -14,8 +14,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from robot_latency.floor.devices import HardwareProfile
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import HardwareProfile
 from robot_latency.floor.modelinfo import ModelProfile
 
 #: Largest draft length searched for the best k (issue: k = 1..16).
@@ -174,7 +174,10 @@ def prefill_params(model: ModelProfile) -> int:
 
 @dataclass(frozen=True)
 class SpecDecEstimate:
-    """The expected gain of speculative decoding at batch 1 (REFERENCE section 2)."""
+    """The expected gain of speculative decoding at batch 1.
+
+    docs/REFERENCE.md, "Speculative decoding".
+    """
 
     alpha: float
     k: int

@@ -30,8 +30,8 @@ from robot_latency import __version__
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import EngineError, create_engine
 from robot_latency.errors import RobotLatencyError
+from robot_latency.floor.devices import HardwareProfile, get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import HardwareProfile, get_device
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor
 from robot_latency.planner.budget import (

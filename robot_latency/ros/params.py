@@ -316,7 +316,8 @@ def resolve_device(device_profile: str, *, sysfs_root: Path = Path("/")) -> str:
     Raises:
         ParamError: an unknown device id (the message lists the valid ones).
     """
-    from robot_latency.floor.hardware import AUTO_ID, DEVICES, HOST_ID, detect_jetson
+    from robot_latency.floor.devices import AUTO_ID, DEVICES, HOST_ID
+    from robot_latency.floor.jetson import detect_jetson
 
     key = device_profile.strip().lower()
     if key == AUTO_ID:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import DEVICES
 from robot_latency.floor.modelinfo import profile_from_preset, profile_manual
 from robot_latency.floor.predict import (
     decode_step_floor_s,

@@ -17,6 +17,7 @@ from typing import Any
 
 from robot_latency import __version__
 from robot_latency.demo import DemoError
+from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.jetson import detect_jetson
@@ -868,6 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write summary.json here")
     p.add_argument("--json", action="store_true", help="also print it")
     p.set_defaults(func=cmd_summarize)
+    __import__("robot_latency.cli_predict", fromlist=["register"]).register(sub)
     return parser
 
 
@@ -879,7 +881,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, FloorError, RecordError, ConfigError, RunError, StreamError,
-            ReportError, ModelBuildError, DemoError) as err:
+            ReportError, ModelBuildError, DemoError, RobotLatencyError) as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")
         return 2
 

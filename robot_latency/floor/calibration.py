@@ -50,6 +50,7 @@ ENGINE_FAMILIES: dict[str, str] = {
     "mlc": "MLC LLM (TVM-compiled kernels)",
     "tensorrt": "TensorRT-LLM / TensorRT Edge-LLM",
     "ort-cuda": "ONNX Runtime, CUDA execution provider",
+    "ort-cpu": "ONNX Runtime, CPU execution provider",
     "vllm": "vLLM",
 }
 

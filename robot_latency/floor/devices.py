@@ -45,6 +45,10 @@ class HardwareProfile:
     source: str
     notes: str = ""
     family: str = ""
+    #: True where ``fp16_tflops`` is a peak the hardware cannot exceed (a datasheet figure, or
+    #: one derived from cores and clocks): only then does a prefill get a *floor* from it. The
+    #: host's figure is a measured sustained rate, which real kernels can beat.
+    flops_is_peak: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):

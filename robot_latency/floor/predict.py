@@ -130,8 +130,11 @@ def predict_floor(model: ModelProfile, device: HardwareProfile, *, batch: int = 
         if peak is None:
             raise FloorError(f"device {device.id!r} has no FLOP/s figure; "
                              "cannot predict a prefill floor on it")
-        prefill_ms = 1e3 * prefill_floor_s(prefill_params(model), prompt_tokens,
-                                           peak_flops=peak, efficiency=compute_efficiency)
+        if device.flops_is_peak:
+            prefill_ms = 1e3 * prefill_floor_s(prefill_params(model), prompt_tokens,
+                                               peak_flops=peak, efficiency=compute_efficiency)
+        # else: a measured sustained rate is no bound; the prefill is left to a calibrated
+        # prediction (robot_latency.floor.target), never called a floor.
     return FloorPrediction(
         device_id=device.id,
         device_name=device.name,

@@ -69,7 +69,8 @@ class HostProbe:
             bandwidth_gbps=self.bandwidth_gbps,
             memory_bytes=self.memory_bytes,
             # A CPU host has no FP16 tensor peak; the measured float32 matmul rate stands in
-            # for it as the prefill bound.
+            # for it in prefill *predictions*. It is not a peak (llama.cpp's quantized kernels
+            # beat numpy's float32 matmul), so it never gives a prefill floor.
             fp16_tflops=self.matmul_gflops / 1e3,
             flops_derived=True,
             cpu_cores=self.cpu_cores,
@@ -82,6 +83,7 @@ class HostProbe:
                 f"{self.machine} host {self.hostname}, probe v{self.probe_version}"
             ),
             family="host",
+            flops_is_peak=False,
         )
 
     def to_dict(self) -> dict[str, Any]:

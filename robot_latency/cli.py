@@ -332,6 +332,8 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
         # The simulated engine predicts the target device: it runs "on" it.
         options = {"device": point.device, "model": point.model or "qwen2.5-0.5b",
                    "quant": point.quant or "Q4_K_M", **options}
+        if args.engine_family:
+            options.update(engine_family=args.engine_family, calibration=args.calibration or "")
         host_device, model, quant = point.device, options["model"], options["quant"]
     else:
         model_path = _model_for_quant(point.model, point.quant)
@@ -352,6 +354,7 @@ def _run_config(args: argparse.Namespace, point: RunPoint, out: Path,
     return RunConfig(planner=planner, log_dir=out, engine=point.engine, cpu=cpu,
                      engine_options=options, runner=args.runner, model=model, quant=quant,
                      host_device=host_device, target_device=point.device, label=label,
+                     engine_family=args.engine_family, calibration=args.calibration,
                      extra={"stream": {"path": str(args.stream), "name": stream.name,
                                        "topic": stream.topic,
                                        "commands": len(stream.commands),
@@ -675,6 +678,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option, repeatable (e.g. n_threads=1, efficiency=0.35)")
+    p.add_argument("--engine-family", default=None,
+                   help="engine family whose calibrated prediction the target gets (the sim "
+                        "engine then simulates it): mlc, llamacpp-cuda, tensorrt, ...")
+    p.add_argument("--calibration", default=None,
+                   help="calibration file for --engine-family on --device (from 'calibrate')")
     p.add_argument("--draft", default=None,
                    help="draft GGUF for speculative decoding (llamacpp engine)")
     p.add_argument("--draft-k", type=_positive_int, default=None,

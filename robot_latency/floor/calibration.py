@@ -196,9 +196,10 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
         try:
             pfit = fit_two_term(pf, pm)
         except CalibrationError as err:
-            # One prompt length: the per-prefill overhead is the decode step's (one pass).
-            logger.info("prefill: %s; holding its overhead at the decode step's", err)
-            pfit = fit_two_term(pf, pm, fixed_overhead_ms=fit.overhead_ms)
+            # One prompt length (or one model size): the compute efficiency absorbs it all.
+            logger.info("prefill: %s; holding its overhead at 0", err)
+            pfit = fit_two_term(pf, pm, fixed_overhead_ms=0.0)
+            all_notes.append("prefill from one size: its overhead held at 0 ms")
         ce, p_overhead, p_cal = pfit.efficiency, pfit.overhead_ms, True
     return Calibration(
         engine_family=family, device_id=device_id, scope=scope, efficiency=fit.efficiency,

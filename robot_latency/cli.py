@@ -187,6 +187,11 @@ def cmd_floor(args: argparse.Namespace) -> int:
     preds = _predictions(args, table=not args.json)
     if args.json:
         dicts = [p.to_dict() for p in preds]
+        if args.engine_family:  # the calibrated prediction beside each floor
+            from robot_latency.cli_predict import prediction_for_floor
+
+            for d in dicts:
+                d["target_prediction"] = prediction_for_floor(args, d)
         _emit_json(dicts[0] if len(dicts) == 1 else dicts)
         return 0
     quants = list(dict.fromkeys(p.quant or "-" for p in preds))
@@ -765,6 +770,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", default=None, help="draft model (GGUF or preset) for memory fit")
     p.add_argument("--draft-quant", default=None, help="quant type for a draft preset")
     p.add_argument("--cache", type=Path, default=None, help="host probe cache file")
+    p.add_argument("--engine-family", default=None,
+                   help="with --json: add that family's calibrated prediction (see 'predict')")
+    p.add_argument("--calibration", default=None, help="calibration file for --engine-family")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_floor)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
-from robot_latency.floor.modelinfo import resolve_model
+from robot_latency.floor.modelinfo import profile_manual, resolve_model
 from robot_latency.floor.published import load_table, validate_table
 from robot_latency.floor.runs import calibrate_runs
 from robot_latency.floor.target import predict_target, resolve_calibration
@@ -116,6 +116,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:
         _out(f"wrote {args.out}")
     return 0
+
+
+def prediction_for_floor(args: argparse.Namespace, floor: dict[str, Any]) -> dict[str, Any]:
+    """Return the calibrated prediction for one of ``floor --json``'s devices and models."""
+    device = get_device(floor["device_id"], cache_path=getattr(args, "cache", None))
+    if args.model is None:  # the manual form: --params, --weight-bits, --kv-bytes-per-token
+        model = profile_manual(params=int(args.params), weight_bits=args.weight_bits,
+                               kv_bytes_per_token=args.kv_bytes_per_token)
+    else:
+        quant = None if Path(args.model).exists() else (args.quant or floor.get("quant"))
+        model = resolve_model(args.model, quant=quant, kv_dtype=args.kv_dtype)
+    cal = resolve_calibration(args.engine_family, device, calibration=args.calibration)
+    return predict_target(model, device, cal, context_tokens=args.context,
+                          prompt_tokens=args.prompt_tokens).to_dict()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -138,3 +138,17 @@ def test_records_carry_the_target_prediction(tmp_path: Path) -> None:
         assert r.floor["host"]["itl_floor_ms"] > 0
     manifest = json.loads((run / "manifest.json").read_text())
     assert set(PREDICT_KEYS) <= set(manifest["floor"]["target_prediction"])
+
+
+def test_floor_json_with_an_engine_family_adds_the_prediction(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "floor", "--device", "orin-nano-8gb-super", "--model", "llama-3.2-3b",
+                "--quant", "Q4_0", "--engine-family", "mlc", "--json")
+    pred = out["target_prediction"]
+    assert PREDICT_KEYS <= set(pred)
+    assert pred["itl_floor_ms"] == pytest.approx(out["itl_floor_ms"])
+    assert pred["itl_pred_ms"] > out["itl_floor_ms"]
+    manual = _json(capsys, "floor", "--device", "orin-nano-8gb-super", "--params", "1e9",
+                   "--weight-bits", "4", "--kv-bytes-per-token", "1000", "--engine-family", "mlc",
+                   "--json")
+    assert manual["target_prediction"]["itl_pred_ms"] > manual["itl_floor_ms"]

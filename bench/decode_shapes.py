@@ -5,7 +5,8 @@ NVIDIA GPU). A shape is a random-weight GGUF of a preset (``robot-latency models
 real per-token bytes and arithmetic of that model, with noise for output, which is all a timing
 needs. Each measurement decodes ``tokens`` single-token steps after a short prompt and takes the
 median step; the shapes are measured round-robin, ``repeats`` times, so that drift on a shared
-machine falls on every shape alike, and each shape's figure is the median of its repeats.
+machine falls on every shape alike. Each shape gets the median of its repeats and the best
+(lowest) repeat; on a machine other jobs share, the best repeat is the least disturbed one.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class ShapeResult:
     context_tokens: int
     floor_ms: float
     itl_ms_median: float
+    itl_ms_best: float
     itl_ms_repeats: list[float]
     steps_per_repeat: int
 
@@ -88,38 +90,45 @@ def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, toke
             weight_bytes_per_step=prof.weight_bytes_per_step, context_tokens=context,
             floor_ms=step_bytes / (device.bandwidth_gbps * 1e9) * 1e3,
             itl_ms_median=statistics.median(per_repeat[preset]),
+            itl_ms_best=min(per_repeat[preset]),
             itl_ms_repeats=per_repeat[preset], steps_per_repeat=tokens))
     for llm in models.values():
         llm.close()
     return results
 
 
-def calibrate_and_predict(results: Sequence[ShapeResult], fit_on: Sequence[str]
-                          ) -> dict[str, Any]:
-    """Fit the two terms on the ``fit_on`` shapes; predict every other shape; report errors."""
+def calibrate_and_predict(results: Sequence[ShapeResult], fit_on: Sequence[str], *,
+                          statistic: str = "median") -> dict[str, Any]:
+    """Fit the two terms on the ``fit_on`` shapes; predict every other shape; report errors.
+
+    ``statistic`` picks each shape's figure: ``median`` (of its repeats) or ``best``.
+    """
+    def itl(r: ShapeResult) -> float:
+        return r.itl_ms_best if statistic == "best" else r.itl_ms_median
+
     fit_rows = [r for r in results if f"{r.preset}/{r.quant}" in fit_on or r.preset in fit_on]
     if len(fit_rows) < 2:
         raise SystemExit(f"need two shapes to fit on, got {[r.preset for r in fit_rows]}")
-    fit: TwoTermFit = fit_two_term([r.floor_ms for r in fit_rows],
-                                   [r.itl_ms_median for r in fit_rows])
+    fit: TwoTermFit = fit_two_term([r.floor_ms for r in fit_rows], [itl(r) for r in fit_rows])
     predictions = []
     for r in results:
         if r in fit_rows:
             continue
         pred = fit.predict_ms(r.floor_ms)
         predictions.append({"preset": r.preset, "quant": r.quant, "floor_ms": r.floor_ms,
-                            "measured_ms": r.itl_ms_median, "predicted_ms": pred,
-                            "error_rel": pred / r.itl_ms_median - 1.0})
+                            "measured_ms": itl(r), "predicted_ms": pred,
+                            "error_rel": pred / itl(r) - 1.0})
     single = fit_rows[-1]  # one efficiency from the largest fitted shape, for contrast
-    eff_only = single.floor_ms / single.itl_ms_median
+    eff_only = single.floor_ms / itl(single)
     return {
+        "statistic": statistic,
         "fit_on": [f"{r.preset}/{r.quant}" for r in fit_rows],
         "fit": fit.to_dict(),
         "predictions": predictions,
         "max_abs_error": max((abs(p["error_rel"]) for p in predictions), default=None),
         "single_efficiency_contrast": {
             "efficiency_from": f"{single.preset}/{single.quant}", "efficiency": eff_only,
-            "errors_rel": {f"{r.preset}/{r.quant}": (r.floor_ms / eff_only) / r.itl_ms_median - 1
+            "errors_rel": {f"{r.preset}/{r.quant}": (r.floor_ms / eff_only) / itl(r) - 1
                            for r in results if r is not single}},
     }
 

@@ -5,7 +5,7 @@ default), measures their decode ITL with llama.cpp on this machine's CPU in one 
 fits ``itl = floor / efficiency + overhead`` on two of them and predicts the other two. The
 floor is bytes per step over the host probe's all-core read bandwidth.
 
-    python bench/predict_host.py [--quant Q8_0 --tokens 48 --repeats 5 --threads 2]
+    python bench/predict_host.py [--quant Q8_0 --tokens 48 --repeats 5 --threads 1]
         [--fit-on smollm2-135m,qwen2.5-0.5b] [--models-dir DIR] [--out docs/bench/predict_host.json]
 
 Done when every predicted shape is within 10% (``max_abs_error`` <= 0.10).
@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quant", default="Q8_0")
     p.add_argument("--tokens", type=int, default=48, help="decode steps per repeat")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="llama.cpp threads (1: a thread that spins for its partner is what a "
+                        "shared machine punishes most)")
+    p.add_argument("--statistic", choices=("best", "median"), default="best",
+                   help="each shape's figure: its best repeat (default) or the median")
     p.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "robot_latency"
                    / "synth", help="where the synthesized GGUFs are kept (reused)")
     p.add_argument("--out", type=Path, default=None)
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine_before": before,
         "machine_after": machine_state(),
         "shapes": results_dicts(results),
-        **calibrate_and_predict(results, fit_on),
+        **calibrate_and_predict(results, fit_on, statistic=args.statistic),
     }, args.out)
 
 

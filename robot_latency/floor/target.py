@@ -23,6 +23,7 @@ from robot_latency.floor.devices import HardwareProfile
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelProfile
 from robot_latency.floor.predict import predict_floor, prefill_params
+from robot_latency.floor.published import table_calibration
 
 __all__ = ["TargetPrediction", "predict_target", "resolve_calibration"]
 
@@ -68,8 +69,6 @@ def resolve_calibration(engine_family: str, device: HardwareProfile, *,
     family = check_engine_family(engine_family)
     if calibration is not None and str(calibration):
         return read_calibration(calibration, engine_family=family, device_id=device.id)
-    from robot_latency.floor.published import table_calibration
-
     return table_calibration(family, device.id)
 
 

@@ -1,4 +1,7 @@
-"""The floor formulas against hand-worked cases (REFERENCE sections 1 and 2)."""
+"""The floor formulas against hand-worked cases.
+
+docs/REFERENCE.md, "The latency model" and "Speculative decoding".
+"""
 
 from __future__ import annotations
 

@@ -152,3 +152,20 @@ def test_floor_json_with_an_engine_family_adds_the_prediction(
                    "--weight-bits", "4", "--kv-bytes-per-token", "1000", "--engine-family", "mlc",
                    "--json")
     assert manual["target_prediction"]["itl_pred_ms"] > manual["itl_floor_ms"]
+
+
+def test_comparison_and_plot_show_host_measured_target_predicted_and_floors(
+        tmp_path: Path) -> None:
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.plots import plot_measured_vs_predicted
+    from robot_latency.report.rundir import load_runs
+
+    runs = [_sim_run(tmp_path, "a", "smollm2-135m"), _sim_run(tmp_path, "b", "qwen2.5-0.5b")]
+    rows = compare_runs(runs)
+    for row in rows:
+        assert row.pred_engine_family == "llamacpp-cuda"
+        assert row.pred_itl_target_ms > row.floor_itl_target_ms > 0
+        assert row.itl_p50_ms > row.floor_itl_host_ms > 0
+    table = to_markdown(rows)
+    assert "pred. ITL target ms" in table and "(llamacpp-cuda)" in table
+    assert plot_measured_vs_predicted(load_runs(runs), tmp_path / "mvp.png").stat().st_size > 0

@@ -39,6 +39,8 @@ class ShapeResult:
     itl_ms_median: float
     itl_ms_best: float
     itl_ms_repeats: list[float]
+    itl_cpu_ms_median: float
+    itl_cpu_ms_repeats: list[float]
     steps_per_repeat: int
 
 
@@ -55,18 +57,26 @@ def synth_shapes(presets: Sequence[str], quant: str, out_dir: Path) -> dict[str,
     return paths
 
 
-def _step_times_ms(llm: Any, tokens: int) -> list[float]:
-    """Decode ``tokens`` single-token steps after a fixed prompt; return each step's time."""
+def _step_times_ms(llm: Any, tokens: int) -> tuple[list[float], list[float]]:
+    """Decode ``tokens`` single-token steps after a fixed prompt; return each step's wall time
+    and the calling thread's CPU time (ms).
+
+    With one llama.cpp thread the step is computed on the calling thread, so its CPU time is the
+    step's cost without the time other processes held the core: on a shared machine it is the
+    steadier figure. (With several threads it covers only the caller's share.)
+    """
     llm.reset()
     prompt = [llm.token_bos()] + [10 + i for i in range(PROMPT_TOKENS - 1)]
     llm.eval(prompt)
-    steps: list[float] = []
+    wall: list[float] = []
+    cpu: list[float] = []
     for i in range(tokens):
-        start = time.perf_counter_ns()
+        start, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
         # The token fed back does not change a step's cost; a fixed pattern keeps it exact.
         llm.eval([10 + (i % 64)])
-        steps.append((time.perf_counter_ns() - start) / 1e6)
-    return steps
+        cpu.append((time.thread_time_ns() - start_cpu) / 1e6)
+        wall.append((time.perf_counter_ns() - start) / 1e6)
+    return wall, cpu
 
 
 def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, tokens: int,
@@ -77,9 +87,12 @@ def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, toke
     """
     models = {preset: load(path) for preset, path in paths.items()}
     per_repeat: dict[str, list[float]] = {p: [] for p in paths}
+    cpu_repeat: dict[str, list[float]] = {p: [] for p in paths}
     for _ in range(repeats):
         for preset, llm in models.items():
-            per_repeat[preset].append(statistics.median(_step_times_ms(llm, tokens)))
+            wall, cpu = _step_times_ms(llm, tokens)
+            per_repeat[preset].append(statistics.median(wall))
+            cpu_repeat[preset].append(statistics.median(cpu))
     context = PROMPT_TOKENS + tokens // 2
     results = []
     for preset, path in paths.items():
@@ -91,7 +104,9 @@ def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, toke
             floor_ms=step_bytes / (device.bandwidth_gbps * 1e9) * 1e3,
             itl_ms_median=statistics.median(per_repeat[preset]),
             itl_ms_best=min(per_repeat[preset]),
-            itl_ms_repeats=per_repeat[preset], steps_per_repeat=tokens))
+            itl_ms_repeats=per_repeat[preset],
+            itl_cpu_ms_median=statistics.median(cpu_repeat[preset]),
+            itl_cpu_ms_repeats=cpu_repeat[preset], steps_per_repeat=tokens))
     for llm in models.values():
         llm.close()
     return results
@@ -101,9 +116,12 @@ def calibrate_and_predict(results: Sequence[ShapeResult], fit_on: Sequence[str],
                           statistic: str = "median") -> dict[str, Any]:
     """Fit the two terms on the ``fit_on`` shapes; predict every other shape; report errors.
 
-    ``statistic`` picks each shape's figure: ``median`` (of its repeats) or ``best``.
+    ``statistic`` picks each shape's figure: ``median`` (of its repeats' median wall times),
+    ``best`` (the lowest of them) or ``cpu`` (the median of the repeats' median CPU times).
     """
     def itl(r: ShapeResult) -> float:
+        if statistic == "cpu":
+            return r.itl_cpu_ms_median
         return r.itl_ms_best if statistic == "best" else r.itl_ms_median
 
     fit_rows = [r for r in results if f"{r.preset}/{r.quant}" in fit_on or r.preset in fit_on]

@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="llama.cpp threads (1: a thread that spins for its partner is what a "
                         "shared machine punishes most)")
-    p.add_argument("--statistic", choices=("best", "median"), default="best",
-                   help="each shape's figure: its best repeat (default) or the median")
+    p.add_argument("--statistic", choices=("cpu", "best", "median"), default="cpu",
+                   help="each shape's figure: the step's CPU time on the calling thread "
+                        "(default; one thread), the best repeat's wall time, or the median's")
     p.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "robot_latency"
                    / "synth", help="where the synthesized GGUFs are kept (reused)")
     p.add_argument("--out", type=Path, default=None)

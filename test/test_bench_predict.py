@@ -44,6 +44,7 @@ def _shape(preset: str, floor_ms: float, eff: float, overhead_ms: float) -> Shap
     return ShapeResult(preset=preset, quant="Q8_0", gguf=f"{preset}.gguf",
                        weight_bytes_per_step=int(floor_ms * 1e7), context_tokens=40,
                        floor_ms=floor_ms, itl_ms_median=itl, itl_ms_best=itl, itl_ms_repeats=[itl],
+                       itl_cpu_ms_median=itl, itl_cpu_ms_repeats=[itl],
                        steps_per_repeat=48)
 
 

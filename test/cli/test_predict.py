@@ -169,3 +169,24 @@ def test_comparison_and_plot_show_host_measured_target_predicted_and_floors(
     table = to_markdown(rows)
     assert "pred. ITL target ms" in table and "(llamacpp-cuda)" in table
     assert plot_measured_vs_predicted(load_runs(runs), tmp_path / "mvp.png").stat().st_size > 0
+
+
+def test_run_sim_with_an_engine_family_simulates_and_records_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream = write_jsonl(tmp_path / "s.jsonl", [
+        Command(t_ns=i * 100 * MS, text=TEXTS[i % len(TEXTS)], command_id=f"c:{i}")
+        for i in range(3)])
+    out = tmp_path / "run"
+    assert main(["run", "--stream", str(stream), "--engine", "sim", "--engine-family", "mlc",
+                 "--device", "orin-nano-8gb-super", "--model", "smollm2-135m", "--quant", "Q4_0",
+                 "--runner", "inline", "--asap", "--mode", "event", "--deadline-ms", "190",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine_info"]["calibration"]["engine_family"] == "mlc"
+    assert manifest["floor"]["target_prediction"]["engine_family"] == "mlc"
+    recs = [r for r in read_records(out / "cycles.jsonl") if r.floor and r.tokens_in]
+    assert recs and all(r.floor["target"]["engine_family"] == "mlc" for r in recs)
+    err = _fails(capsys, "run", "--stream", str(stream), "--engine", "sim", "--engine-family",
+                 "warp", "--device", "orin-nano-8gb", "--out", str(tmp_path / "bad"))
+    assert "warp" in err

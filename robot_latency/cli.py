@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_latency import __version__
+from robot_latency import __version__, cli_predict
 from robot_latency.demo import DemoError
 from robot_latency.errors import RobotLatencyError
 from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
@@ -885,7 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write summary.json here")
     p.add_argument("--json", action="store_true", help="also print it")
     p.set_defaults(func=cmd_summarize)
-    __import__("robot_latency.cli_predict", fromlist=["register"]).register(sub)
+    cli_predict.register(sub)
     return parser
 
 

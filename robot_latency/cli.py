@@ -188,10 +188,8 @@ def cmd_floor(args: argparse.Namespace) -> int:
     if args.json:
         dicts = [p.to_dict() for p in preds]
         if args.engine_family:  # the calibrated prediction beside each floor
-            from robot_latency.cli_predict import prediction_for_floor
-
             for d in dicts:
-                d["target_prediction"] = prediction_for_floor(args, d)
+                d["target_prediction"] = cli_predict.prediction_for_floor(args, d)
         _emit_json(dicts[0] if len(dicts) == 1 else dicts)
         return 0
     quants = list(dict.fromkeys(p.quant or "-" for p in preds))

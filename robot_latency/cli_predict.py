@@ -83,6 +83,10 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         _out(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
              f"{r['predicted_ms']:9.2f} {100 * r['error_rel']:+6.1f}%  {r['scope']}")
+    for family, f in result["by_family"].items():
+        if f["predicted"]:
+            _out(f"{family:>14}: {f['predicted']} rows, median |error| "
+                 f"{100 * f['median_abs_error']:.1f}%, max {100 * f['max_abs_error']:.1f}%")
     med, mx = result["median_abs_error"], result["max_abs_error"]
     _out(f"\nms/token, each row predicted from a fit without it: {result['predicted']} rows "
          f"predicted ({result['not_predicted']} not), {result['sources']} sources; "

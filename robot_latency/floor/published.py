@@ -237,8 +237,16 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
             point.floor_ms, point.measured_ms, pred, pred / point.measured_ms - 1.0, cal.scope,
             None))
     errors = [abs(r.error_rel) for r in results if r.error_rel is not None]
+    by_family: dict[str, dict[str, Any]] = {}
+    for family in sorted({r.engine_family for r in results}):
+        errs = [abs(r.error_rel) for r in results
+                if r.engine_family == family and r.error_rel is not None]
+        by_family[family] = {"predicted": len(errs),
+                             "median_abs_error": statistics.median(errs) if errs else None,
+                             "max_abs_error": max(errs) if errs else None}
     return {
         "rows": [r.to_dict() for r in results],
+        "by_family": by_family,
         "predicted": len(errors),
         "not_predicted": len(results) - len(errors),
         "sources": len({r.source for r in table}),

@@ -209,9 +209,10 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     Raises:
         DemoError: a step failed (the message names it); LadderError: a level cannot be built.
     """
-    from robot_latency.floor.hardware import DEVICES, load_or_probe_host
+    from robot_latency.floor.devices import DEVICES
     from robot_latency.floor.modelinfo import resolve_model
     from robot_latency.floor.predict import predict_floor
+    from robot_latency.floor.probe import load_or_probe_host
     from robot_latency.models.bundled import bundled_model_path
     from robot_latency.models.ladder import (
         INFLATED_PREFIX,

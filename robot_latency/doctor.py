@@ -23,7 +23,7 @@ import psutil
 import yaml
 
 from robot_latency.errors import RobotLatencyError
-from robot_latency.floor.hardware import JetsonInfo, detect_jetson
+from robot_latency.floor.jetson import JetsonInfo, detect_jetson
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ files it found, so a cycle record can carry the machine's state at a cost well u
 (median about 0.11 ms for the ~35 files of the AGX Orin fixture tree on an x86 host;
 kernel-backed files on a real board cost more, see "Cost" below). Every path is taken under an
 injectable ``root``, as in
-:func:`robot_latency.floor.hardware.detect_jetson`, so tests run against fixture trees.
+:func:`robot_latency.floor.jetson.detect_jetson`, so tests run against fixture trees.
 
 Where each value comes from (Jetson Orin, JetPack 5 = L4T r35 and JetPack 6 = L4T r36):
 
@@ -68,8 +68,8 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 
-# _read_text follows nvpmodel.conf's absolute symlink inside `root`, as detection does.
-from robot_latency.floor.hardware import _read_text, detect_jetson
+# read_text follows nvpmodel.conf's absolute symlink inside `root`, as detection does.
+from robot_latency.floor.jetson import detect_jetson, read_text
 
 __all__ = ["JetsonTelemetry", "TelemetryReader", "telemetry_reader"]
 
@@ -422,7 +422,7 @@ class TelemetryReader:
         """Return the mode's GPU MAX_FREQ from nvpmodel.conf; None if absent or -1 (no cap)."""
         if mode_id is None:
             return None
-        conf = _read_text(self.root, _NVPMODEL_CONF) or ""
+        conf = read_text(self.root, _NVPMODEL_CONF) or ""
         for block in _POWER_MODEL_RE.finditer(conf):
             attrs = dict(re.findall(r"(\w+)=([^\s>]+)", block.group(1)))
             if attrs.get("ID", "").isdigit() and int(attrs["ID"]) == mode_id:

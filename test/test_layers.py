@@ -25,8 +25,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),                           # tokenizer, corpus, building the demo models
     ("plan",),                             # planner profiles, prompts, output contracts
     ("stats",),                            # percentiles, Wilson interval, run summary
-    ("floor", "records"),                  # predictions and device/model facts; the cycle record
-    ("clock", "digest", "progress", "rosenv"),  # clock; file digest; progress bars; ROS install facts
+    ("floor",),                            # predictions and device/model facts
+    ("records",),                          # the cycle record (floor calibrates from records)
+    ("clock", "digest", "progress", "rosenv"),  # clock, digest, progress bars, ROS facts
     ("errors", "__init__"),                # the error base; the package's version
 )
 

@@ -17,16 +17,11 @@ from robot_latency.cli.common import (
     positive_int,
     render_table,
 )
-from robot_latency.floor.hardware import (
-    DEVICES,
-    HardwareProfile,
-    detect_jetson,
-    get_device,
-    list_devices,
-    load_or_probe_host,
-)
+from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
+from robot_latency.floor.jetson import detect_jetson
 from robot_latency.floor.modelinfo import ModelProfile, profile_manual, resolve_model
 from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_estimate
+from robot_latency.floor.probe import load_or_probe_host
 from robot_latency.models.ladder import LADDER
 
 
@@ -137,6 +132,11 @@ def cmd_floor(args: argparse.Namespace) -> int:
     preds = _predictions(args, table=not args.json)
     if args.json:
         dicts = [p.to_dict() for p in preds]
+        if args.engine_family:  # the calibrated prediction beside each floor
+            from robot_latency.cli import predict
+
+            for d in dicts:
+                d["target_prediction"] = predict.prediction_for_floor(args, d)
         emit_json(dicts[0] if len(dicts) == 1 else dicts)
         return 0
     quants = list(dict.fromkeys(p.quant or "-" for p in preds))
@@ -258,6 +258,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", default=None, help="draft model (GGUF or preset) for memory fit")
     p.add_argument("--draft-quant", default=None, help="quant type for a draft preset")
     p.add_argument("--cache", type=Path, default=None, help="host probe cache file")
+    p.add_argument("--engine-family", default=None,
+                   help="with --json: add that family's calibrated prediction (see 'predict')")
+    p.add_argument("--calibration", default=None, help="calibration file for --engine-family")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_floor)
 

@@ -101,6 +101,7 @@ def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, en
                    target_device=device, n_threads=args.n_threads,
                    n_threads_batch=args.n_threads_batch, n_gpu_layers=args.n_gpu_layers,
                    engine_options=_engine_options(args), cpu=cpu, runner=args.runner,
+                   engine_family=args.engine_family, calibration=args.calibration,
                    label=label,
                    extra={"stream": {"path": str(args.stream), "name": stream.name,
                                      "topic": stream.topic, "commands": len(stream.commands),
@@ -251,6 +252,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "'robot-latency profiles') or a YAML path (default: bundled-actions)")
     p.add_argument("--engine-opt", action="append", metavar="KEY=VALUE",
                    help="engine option, repeatable (e.g. chunk_tokens=32, efficiency=0.35)")
+    p.add_argument("--engine-family", default=None,
+                   help="engine family whose calibrated prediction the target gets (the sim "
+                        "engine then simulates it): mlc, llamacpp-cuda, tensorrt, ...")
+    p.add_argument("--calibration", default=None,
+                   help="calibration file for --engine-family on --device (from 'calibrate')")
     p.add_argument("--n-threads", type=nonneg_int, default=0,
                    help="decode threads (0: one per core the engine has to itself)")
     p.add_argument("--n-threads-batch", type=nonneg_int, default=0,

@@ -1,9 +1,12 @@
 """The simulated engine: per-step times from the floor model, with jitter, on any device profile.
 
-It predicts what a real engine would do on a device you do not have: each decode step takes the
-bandwidth floor divided by an efficiency factor (llama.cpp reaches ~30-50% of the floor on Orin,
-REFERENCE section 4), times a lognormal jitter, plus rare stalls; a prefill takes the compute floor
-of the uncached prompt tokens divided by a compute efficiency. Deterministic under a seed. Time
+It predicts what a real engine would do on a device you do not have. With an ``engine_family``
+it makes the calibrated prediction of :mod:`robot_latency.floor.target`: each decode step takes
+the bandwidth floor over the family's fitted efficiency plus its per-step overhead, and a prefill
+the compute floor over the fitted compute efficiency plus its overhead (calibration from the
+published table, or a file from ``robot-latency calibrate``). Without one, the step is the floor
+over a fixed ``efficiency`` plus ``overhead_ms`` (a what-if knob). Every step is then multiplied
+by a lognormal jitter, plus rare stalls. Deterministic under a seed. Time
 passes through an injected ``sleep``: real sleeping with the real clock, ``clock.advance`` with a
 :class:`~robot_latency.clock.ScriptedClock`, so tests run instantly and exactly.
 
@@ -31,10 +34,11 @@ from robot_latency.engines.base import (
     StopReason,
     register_engine,
 )
+from robot_latency.floor.devices import get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import get_device
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
+from robot_latency.floor.target import resolve_calibration
 from robot_latency.plan.actions import END_TOKEN
 
 #: Prompt in, the output's pieces out (action tokens, ``<end>`` last).
@@ -78,6 +82,11 @@ class SimConfig:
         busy_wait: spend simulated time spinning on a core instead of sleeping, to load the
             CPU the way a real CPU engine does (for measuring the loop under contention).
         seed: jitter seed.
+        engine_family: predict with this engine family's calibration (``mlc``,
+            ``llamacpp-cuda``, ...): efficiency, overhead and the prefill terms then come from
+            it, not from the fields above. Empty: the fixed efficiency.
+        calibration: a calibration file for ``engine_family`` on ``device`` (empty: the
+            published table's).
     """
 
     device: str = "orin-nano-8gb"
@@ -94,6 +103,8 @@ class SimConfig:
     cached_prefix_tokens: int = 0
     busy_wait: bool = False
     seed: int = 0
+    engine_family: str = ""
+    calibration: str = ""
 
     def __post_init__(self) -> None:
         for name in ("efficiency", "compute_efficiency"):
@@ -136,6 +147,19 @@ class SimEngine:
             floor = predict_floor(model, device)
         except FloorError as err:
             raise EngineError(f"sim: {err}") from err
+        self.efficiency, self.overhead_ms = self.config.efficiency, self.config.overhead_ms
+        self.compute_efficiency, self.prefill_overhead_ms = self.config.compute_efficiency, 0.0
+        self.calibration: dict[str, Any] | None = None
+        if self.config.engine_family:
+            try:
+                cal = resolve_calibration(self.config.engine_family, device,
+                                          calibration=self.config.calibration or None)
+            except FloorError as err:
+                raise EngineError(f"sim: {err}") from err
+            self.efficiency, self.overhead_ms = cal.efficiency, cal.overhead_ms
+            self.compute_efficiency = cal.compute_efficiency
+            self.prefill_overhead_ms = cal.prefill_overhead_ms
+            self.calibration = cal.describe()
         self.device_id = device.id
         self.model_name = model.name
         self.step_floor_ns = floor.itl_floor_ms * 1e6
@@ -153,7 +177,9 @@ class SimEngine:
     def info(self) -> dict[str, Any]:
         """Return the configuration and the floor it derives its timings from."""
         return {"engine": self.name, **asdict(self.config), "device_id": self.device_id,
-                "model_name": self.model_name, "step_floor_ms": self.step_floor_ns / 1e6}
+                "model_name": self.model_name, "step_floor_ms": self.step_floor_ns / 1e6,
+                "efficiency_in_effect": self.efficiency,
+                "overhead_ms_in_effect": self.overhead_ms, "calibration": self.calibration}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -167,8 +193,8 @@ class SimEngine:
 
     def _step_ns(self, context_tokens: int) -> int:
         cfg = self.config
-        base = (self.step_floor_ns + self.kv_ns_per_token * context_tokens) / cfg.efficiency
-        ns = base * self._jitter() + cfg.overhead_ms * 1e6
+        base = (self.step_floor_ns + self.kv_ns_per_token * context_tokens) / self.efficiency
+        ns = base * self._jitter() + self.overhead_ms * 1e6
         if cfg.stall_probability and self._rng.random() < cfg.stall_probability:
             ns += cfg.stall_ms * 1e6
         return max(1, int(ns))
@@ -187,7 +213,8 @@ class SimEngine:
         trace.tokenized_ns = self.clock()
         if self.prefill_ns_per_token is not None:
             prefill = (prompt_tokens - cached) * self.prefill_ns_per_token
-            self._sleep_ns(int(prefill / cfg.compute_efficiency * self._jitter()))
+            prefill = prefill / self.compute_efficiency + self.prefill_overhead_ms * 1e6
+            self._sleep_ns(int(prefill * self._jitter()))
         trace.prefill_chunk_ns.append(self.clock())
         context = prompt_tokens
         stop = StopReason.MAX_TOKENS

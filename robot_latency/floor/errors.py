@@ -27,3 +27,11 @@ class UnknownPresetError(ModelInfoError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class CalibrationError(FloorError):
+    """A calibration that cannot be fitted, read or applied (the message names what and why)."""
+
+
+class TableError(FloorError):
+    """The published-measurement table is malformed (the message names the row and field)."""

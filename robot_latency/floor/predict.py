@@ -1,7 +1,7 @@
 """Bandwidth-floor predictions: decode step, prefill, memory fit and speculative decoding.
 
-The formulas are those of REFERENCE section 1 and 2. Units: GB = 1e9 bytes, GB/s = 1e9 bytes/s,
-TFLOPS = 1e12 FLOP/s, as device datasheets use them.
+The formulas are those of docs/REFERENCE.md, "The latency model" and "Speculative decoding".
+Units: GB = 1e9 bytes, GB/s = 1e9 bytes/s, TFLOPS = 1e12 FLOP/s, as device datasheets use them.
 
     t_step    >= (W + B * KV_seq) / BW
     t_prefill >= 2 * params * prompt_tokens / (efficiency * peak_FLOPs)
@@ -14,8 +14,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from robot_latency.floor.devices import HardwareProfile
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import HardwareProfile
 from robot_latency.floor.modelinfo import ModelProfile
 
 #: Largest draft length searched for the best k (issue: k = 1..16).
@@ -130,8 +130,11 @@ def predict_floor(model: ModelProfile, device: HardwareProfile, *, batch: int = 
         if peak is None:
             raise FloorError(f"device {device.id!r} has no FLOP/s figure; "
                              "cannot predict a prefill floor on it")
-        prefill_ms = 1e3 * prefill_floor_s(prefill_params(model), prompt_tokens,
-                                           peak_flops=peak, efficiency=compute_efficiency)
+        if device.flops_is_peak:
+            prefill_ms = 1e3 * prefill_floor_s(prefill_params(model), prompt_tokens,
+                                               peak_flops=peak, efficiency=compute_efficiency)
+        # else: a measured sustained rate is no bound; the prefill is left to a calibrated
+        # prediction (robot_latency.floor.target), never called a floor.
     return FloorPrediction(
         device_id=device.id,
         device_name=device.name,
@@ -174,7 +177,10 @@ def prefill_params(model: ModelProfile) -> int:
 
 @dataclass(frozen=True)
 class SpecDecEstimate:
-    """The expected gain of speculative decoding at batch 1 (REFERENCE section 2)."""
+    """The expected gain of speculative decoding at batch 1.
+
+    docs/REFERENCE.md, "Speculative decoding".
+    """
 
     alpha: float
     k: int

@@ -30,10 +30,12 @@ from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.digest import sha256_file
 from robot_latency.engines.base import EngineError
 from robot_latency.errors import RobotLatencyError
+from robot_latency.floor.calibration import Calibration
+from robot_latency.floor.devices import HardwareProfile, get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import HardwareProfile, get_device
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor
+from robot_latency.floor.target import predict_target, resolve_calibration
 from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import (
     BudgetError,
@@ -82,6 +84,10 @@ class RunConfig:
             :meth:`PlannerRun.enter_loop_thread`.
         profile: the planner profile, shipped name or YAML path (None: ``bundled-actions``).
         extra: anything else to record in the manifest (e.g. the stream replayed).
+        engine_family: the engine family whose calibrated prediction each record carries for
+            the target (None: the sim engine's own family, else ``llamacpp-cuda``).
+        calibration: a calibration file for that family on the target (None: the published
+            table's).
     """
 
     planner: PlannerConfig
@@ -99,6 +105,8 @@ class RunConfig:
     cpu: CpuBudget = field(default_factory=CpuBudget)
     profile: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    engine_family: str | None = None
+    calibration: str | None = None
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
@@ -144,11 +152,20 @@ def host_facts() -> dict[str, Any]:
 
 
 class FloorPredictor:
-    """Per-cycle floor predictions for the host and the target device (a few µs each)."""
+    """Per-cycle floor and target predictions for the host and the target (a few µs each).
+
+    The target's entry carries, beside its floor, the calibrated prediction of the engine
+    family (``itl_pred_ms``, ``ttft_pred_ms``, ``engine_family``, ``calibration``); None where
+    no calibration could be had (the reason is in the manifest).
+    """
 
     def __init__(self, model: ModelProfile, host: HardwareProfile,
-                 target: HardwareProfile) -> None:
+                 target: HardwareProfile, *, calibration: Calibration | None = None,
+                 calibration_error: str | None = None) -> None:
         self.model, self.host, self.target = model, host, target
+        self.calibration, self.calibration_error = calibration, calibration_error
+        self._cal_label = None if calibration is None else (
+            f"{calibration.source}, {calibration.scope} scope, {len(calibration.basis)} points")
 
     def predict(self, tokens_in: int | None) -> dict[str, Any]:
         """Return {"host": {...}, "target": {...}} at this cycle's prompt length."""
@@ -159,12 +176,25 @@ class FloorPredictor:
                               prompt_tokens=ctx if device.peak_flops and ctx else None)
             out[key] = {"device_id": device.id, "itl_floor_ms": p.itl_floor_ms,
                         "prefill_floor_ms": p.prefill_floor_ms}
+        target = out["target"]
+        target.update(itl_pred_ms=None, ttft_pred_ms=None, engine_family=None, calibration=None)
+        if self.calibration is not None:
+            t = predict_target(self.model, self.target, self.calibration,
+                               context_tokens=tokens_in or 0, prompt_tokens=tokens_in or None)
+            target.update(itl_pred_ms=t.itl_pred_ms, ttft_pred_ms=t.ttft_pred_ms,
+                          engine_family=t.engine_family, calibration=self._cal_label)
         return out
 
     def manifest(self) -> dict[str, Any]:
-        """Return the weights-only floors for the manifest."""
-        return {key: predict_floor(self.model, d).to_dict()
-                for key, d in (("host", self.host), ("target", self.target))}
+        """Return the weights-only floors and the target's calibrated prediction."""
+        out: dict[str, Any] = {key: predict_floor(self.model, d).to_dict()
+                               for key, d in (("host", self.host), ("target", self.target))}
+        if self.calibration is not None:
+            out["target_prediction"] = predict_target(
+                self.model, self.target, self.calibration).to_dict()
+        else:
+            out["target_prediction"] = {"error": self.calibration_error}
+        return out
 
 
 def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
@@ -256,10 +286,20 @@ class PlannerRun:
             return None
         try:
             model = resolve_model(cfg.model, quant=cfg.quant)
-            return FloorPredictor(model, get_device(cfg.host_device),
-                                  get_device(cfg.target_device))
+            target = get_device(cfg.target_device)
+            host = get_device(cfg.host_device)
         except FloorError as err:
             raise RunError(f"floor model: {err}") from err
+        family = (cfg.engine_family or cfg.engine_options.get("engine_family")
+                  or "llamacpp-cuda")
+        try:
+            cal = resolve_calibration(family, target, calibration=cfg.calibration)
+        except FloorError as err:
+            if cfg.calibration or cfg.engine_family:
+                raise RunError(f"target prediction: {err}") from err
+            log.warning("no calibrated prediction for %s on %s: %s", family, target.id, err)
+            return FloorPredictor(model, host, target, calibration_error=str(err))
+        return FloorPredictor(model, host, target, calibration=cal)
 
     def enter_loop_thread(self) -> dict[str, Any]:
         """Apply the CPU budget to the calling thread, the one about to run the loop, and

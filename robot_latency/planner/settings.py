@@ -61,6 +61,10 @@ class RunSpec:
         n_threads_batch: prefill threads (0: the default above).
         n_gpu_layers: layers on the GPU (-1: all).
         engine_options: further engine options (override everything above).
+        engine_family: the engine family whose calibrated prediction the target gets (the
+            sim engine simulates it); None: the sim engine's fixed efficiency, and predictions
+            for the llamacpp-cuda family in the records.
+        calibration: a calibration file for that family on the target (from ``calibrate``).
         cpu: the CPU budget.
         runner, label, hang_timeout_ms, fsync, extra: as in :class:`RunConfig`.
     """
@@ -78,6 +82,8 @@ class RunSpec:
     n_threads_batch: int = 0
     n_gpu_layers: int = 0
     engine_options: dict[str, Any] = field(default_factory=dict)
+    engine_family: str | None = None
+    calibration: str | None = None
     cpu: CpuBudget = field(default_factory=CpuBudget)
     runner: str = "process"
     label: str | None = None
@@ -149,6 +155,8 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
         model = spec.model or SIM_DEFAULT_MODEL
         quant = spec.quant or SIM_DEFAULT_QUANT
         options = {"device": spec.target_device, "model": model, "quant": quant}
+        if spec.engine_family:
+            options.update(engine_family=spec.engine_family, calibration=spec.calibration or "")
         host_device = spec.target_device
         for name in ("n_threads", "n_threads_batch", "n_gpu_layers"):
             if getattr(spec, name):
@@ -197,7 +205,8 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
                     engine_options=options, runner=spec.runner, model=model, quant=quant,
                     host_device=host_device, target_device=spec.target_device, label=label,
                     cpu=spec.cpu, hang_timeout_ms=spec.hang_timeout_ms, fsync=spec.fsync,
-                    profile=spec.profile or profile.name, extra=dict(spec.extra))
+                    profile=spec.profile or profile.name, engine_family=spec.engine_family,
+                    calibration=spec.calibration, extra=dict(spec.extra))
     return run, notes
 
 

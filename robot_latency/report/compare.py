@@ -14,6 +14,9 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``floor_itl_host_ms``       predicted decode ITL floor on this host (ms/token)
 ``floor_itl_target_ms``     predicted decode ITL floor on the target device (ms/token)
 ``target_device``           the target device id
+``pred_itl_target_ms``      calibrated ITL prediction on the target (floor / efficiency +
+                            overhead; :mod:`robot_latency.floor.target`), ms/token
+``pred_engine_family``      the engine family that prediction is calibrated for
 ``cycles``                  cycles in the run (skipped ones included)
 ``ttft_p50_ms``, ``ttft_p99_ms``, ``ttft_n``   time to first token and its sample count
 ``itl_p50_ms``, ``itl_p99_ms``, ``itl_n``      inter-token gaps (every gap pooled) and count
@@ -64,6 +67,7 @@ from robot_latency.report.rundir import (
     replay_speed,
     target_device_id,
     target_itl_floor_ms,
+    target_prediction,
 )
 from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
@@ -88,6 +92,8 @@ class ComparisonRow:
     floor_itl_host_ms: float | None
     floor_itl_target_ms: float | None
     target_device: str | None
+    pred_itl_target_ms: float | None
+    pred_engine_family: str | None
     cycles: int
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
@@ -193,6 +199,7 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
         ref_tpot = _tpot_p50_ms(reference.records)
     spec = speculative_summary(recs) or {}
     floor_host = host_itl_floor_ms(run)
+    pred = target_prediction(run)
     model_bytes = _int(model_field(run, "weight_bytes_total"))
     return ComparisonRow(
         label=run.label,
@@ -206,6 +213,8 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
         floor_itl_host_ms=floor_host,
         floor_itl_target_ms=target_itl_floor_ms(run),
         target_device=target_device_id(run),
+        pred_itl_target_ms=(pred or {}).get("itl_pred_ms"),
+        pred_engine_family=_str((pred or {}).get("engine_family")),
         cycles=n,
         ttft_p50_ms=ttft.p50, ttft_p99_ms=ttft.p99, ttft_n=ttft.n,
         itl_p50_ms=itl.p50, itl_p99_ms=itl.p99, itl_n=itl.n,
@@ -289,9 +298,9 @@ def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
 
 #: Markdown table header (human names; the data columns are :data:`COLUMNS`).
 MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
-                   "TTFT p50/p99 ms", "ITL p50/p99 ms", "deadline miss [95% CI]",
-                   "model miss [95% CI]", "fallback", "agreement", "floor eff.",
-                   "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n")
+                   "pred. ITL target ms", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+                   "deadline miss [95% CI]", "model miss [95% CI]", "fallback", "agreement",
+                   "floor eff.", "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n")
 
 
 def markdown_cells(row: ComparisonRow) -> list[str]:
@@ -312,6 +321,8 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
         _fmt(row.effective_bpw),
         _fmt(row.floor_itl_host_ms),
         target,
+        f"{_fmt(row.pred_itl_target_ms)} ({row.pred_engine_family})"
+        if row.pred_itl_target_ms is not None else "-",
         f"{_fmt(row.ttft_p50_ms, '.1f')} / {_fmt(row.ttft_p99_ms, '.1f')}",
         f"{_fmt(row.itl_p50_ms)} / {_fmt(row.itl_p99_ms)}",
         _rate(row.deadline_miss_rate, row.deadline_miss_ci95_lo, row.deadline_miss_ci95_hi),

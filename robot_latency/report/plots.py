@@ -30,6 +30,7 @@ from robot_latency.report.rundir import (
     host_itl_floor_ms,
     target_device_id,
     target_itl_floor_ms,
+    target_prediction,
 )
 from robot_latency.stats import wilson_interval
 
@@ -232,28 +233,51 @@ def _colours(n: int) -> list[tuple[float, float, float, float]]:
 
 def plot_measured_vs_predicted(runs: Runs,
                                path: str | os.PathLike[str]) -> Path | None:
-    """Plot measured ITL p50 against the host's floor prediction, with y = x.
+    """Plot ITL against its floor: measured on this host, and predicted on the target.
 
-    Each point is annotated with its floor efficiency (floor / measured; 1.0 is on the line,
-    the bandwidth floor reached).
+    Each run gives a filled point (host floor, measured ITL p50 on this host), annotated with
+    its floor efficiency (floor / measured), and, where the run carries a calibrated target
+    prediction, a hollow triangle (target floor, predicted ITL on the target) with the
+    prediction's interval as an error bar. The dashed y = x line is the floor itself: no point
+    can lie below it.
     """
     points = []
+    targets = []
     for run in _runs(runs):
         gaps = [g / 1e6 for rec in run.records for g in rec.itl_ns]
         floor = host_itl_floor_ms(run)
         if gaps and floor is not None and floor > 0:
             points.append((run.label, floor, float(np.median(gaps)), len(gaps)))
+        pred = target_prediction(run)
+        t_floor = target_itl_floor_ms(run)
+        if pred is not None and t_floor is not None and t_floor > 0:
+            targets.append((run.label, t_floor, pred, target_device_id(run) or "target"))
     if not points:
         log.info("measured-vs-predicted not plotted: no run has both ITL samples and a floor")
         return None
     fig = Figure(figsize=(6.5, 6))
     ax = fig.add_subplot()
+    labels = list(dict.fromkeys([p[0] for p in points] + [t[0] for t in targets]))
+    colour = dict(zip(labels, _colours(len(labels)), strict=True))
     for label, floor, measured, n in points:
-        ax.scatter([floor], [measured], s=40, label=f"{label} (n={n})", zorder=3)
+        ax.scatter([floor], [measured], s=40, color=colour[label], zorder=3,
+                   label=f"{label}: measured on this host (n={n})")
         ax.annotate(f"{label}: eff {floor / measured:.2f}", (floor, measured), fontsize=7,
                     textcoords="offset points", xytext=(5, 5))
-    lo = min(min(p[1], p[2]) for p in points) * 0.5
-    hi = max(max(p[1], p[2]) for p in points) * 2.0
+    values = [v for p in points for v in (p[1], p[2])]
+    for label, t_floor, pred, device in targets:
+        y = pred["itl_pred_ms"]
+        interval = pred.get("itl_pred_interval_ms")
+        yerr = None
+        if isinstance(interval, list) and len(interval) == 2:
+            yerr = [[max(0.0, y - interval[0])], [max(0.0, interval[1] - y)]]
+            values += [interval[0], interval[1]]
+        ax.errorbar([t_floor], [y], yerr=yerr, fmt="^", mfc="none", color=colour[label],
+                    capsize=3, zorder=3,
+                    label=f"{label}: predicted on {device} ({pred.get('engine_family')})")
+        values += [t_floor, y]
+    lo = min(values) * 0.5
+    hi = max(values) * 2.0
     ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", label="y = x (at the floor)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -261,11 +285,11 @@ def plot_measured_vs_predicted(runs: Runs,
     _plain_log_ticks(ax.yaxis)
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("predicted ITL floor on this host (ms/token, log scale)")
-    ax.set_ylabel("measured ITL p50 (ms/token, log scale)")
-    ax.set_title("Measured vs predicted decode step (efficiency = floor / measured)")
+    ax.set_xlabel("ITL floor, bytes per step / bandwidth (ms/token, log scale)")
+    ax.set_ylabel("ITL: measured p50 on this host, or predicted on the target (ms/token)")
+    ax.set_title("Measured (host) and predicted (target) decode step against the floor")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     return _save(fig, path)
 
 

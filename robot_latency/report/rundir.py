@@ -137,6 +137,22 @@ def target_itl_floor_ms(run: RunData) -> float | None:
     return value
 
 
+def target_prediction(run: RunData) -> dict[str, Any] | None:
+    """The calibrated ITL prediction on the target: ``itl_pred_ms``, ``engine_family`` and
+    ``itl_pred_interval_ms`` (manifest, weights only), else the first record's; None if absent."""
+    pred = _get(run.manifest, "floor", "target_prediction")
+    if isinstance(pred, dict) and _number(pred.get("itl_pred_ms")) is not None:
+        return {"itl_pred_ms": _number(pred.get("itl_pred_ms")),
+                "engine_family": pred.get("engine_family"),
+                "itl_pred_interval_ms": pred.get("itl_pred_interval_ms")}
+    value = _number(_record_floor(run.records, "target", "itl_pred_ms"))
+    if value is None:
+        return None
+    return {"itl_pred_ms": value,
+            "engine_family": _record_floor(run.records, "target", "engine_family"),
+            "itl_pred_interval_ms": None}
+
+
 def target_device_id(run: RunData) -> str | None:
     """The target device id (e.g. ``orin-nano-8gb``) from the floor or device entries."""
     for value in (_get(run.manifest, "floor", "target", "device_id"),

@@ -110,6 +110,13 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("device_profile", "auto", "string",
           "target device the floor predictions are for (the sim engine simulates it); auto: "
           f"the detected Jetson, or {DEFAULT_TARGET_DEVICE} elsewhere"),
+    _spec("engine_family", "", "string",
+          "engine family whose calibrated ITL/TTFT prediction each record carries for the "
+          "target (mlc, llamacpp-cuda, tensorrt, ...; the sim engine simulates it); empty: "
+          "llamacpp-cuda's, and the sim engine's fixed efficiency"),
+    _spec("calibration", "", "string",
+          "calibration file for engine_family on the target (robot-latency calibrate); "
+          "empty: the published table's"),
     _spec("deadline_ms", _PC.deadline_ms, "double",
           "deadline per cycle from its scheduled start (ms); <= period_ms",
           low=0.0, high=60_000.0),
@@ -306,7 +313,8 @@ def resolve_device(device_profile: str, *, sysfs_root: Path = Path("/")) -> str:
     Raises:
         ParamError: an unknown device id (the message lists the valid ones).
     """
-    from robot_latency.floor.hardware import AUTO_ID, DEVICES, HOST_ID, detect_jetson
+    from robot_latency.floor.devices import AUTO_ID, DEVICES, HOST_ID
+    from robot_latency.floor.jetson import detect_jetson
 
     key = device_profile.strip().lower()
     if key == AUTO_ID:
@@ -361,6 +369,8 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
                        quant=quant, profile=v["planner_profile"].strip() or None,
                        draft_model=draft, target_device=target, n_threads=v["n_threads"],
                        n_threads_batch=v["n_threads_batch"], n_gpu_layers=v["n_gpu_layers"],
+                       engine_family=v["engine_family"].strip() or None,
+                       calibration=v["calibration"].strip() or None,
                        cpu=cpu, runner="process", label=v["label"].strip() or None,
                        hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
                        extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]})

@@ -333,6 +333,17 @@ REFERENCE_PARAMS = {
     "tinyllama-1.1b": 1.10e9,
     "smollm2-360m": 0.36e9,
     "smollm2-135m": 0.135e9,
+    # Parameter counts from the models' cards (Qwen2.5 cards print 3.09B and 7.61B; Phi-3.5-mini
+    # 3.8B; Gemma-2-2B 2.61B; SmolLM2-1.7B 1.71B; Llama-2 6.74B, 13.0B, 69.0B).
+    "llama-3.1-8b": 8.03e9,
+    "qwen2.5-3b": 3.09e9,
+    "qwen2.5-7b": 7.61e9,
+    "smollm2-1.7b": 1.71e9,
+    "gemma-2-2b": 2.61e9,
+    "phi-3.5-mini": 3.82e9,
+    "llama-2-7b": 6.74e9,
+    "llama-2-13b": 13.0e9,
+    "llama-2-70b": 69.0e9,
 }
 
 

@@ -1,4 +1,7 @@
-"""The floor formulas against hand-worked cases (REFERENCE sections 1 and 2)."""
+"""The floor formulas against hand-worked cases.
+
+docs/REFERENCE.md, "The latency model" and "Speculative decoding".
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ import math
 
 import pytest
 
+from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.hardware import DEVICES
 from robot_latency.floor.modelinfo import profile_from_preset, profile_manual
 from robot_latency.floor.predict import (
     decode_step_floor_s,

@@ -1,0 +1,350 @@
+"""The device table for the bandwidth floor: built-in profiles and the id lookup.
+
+A profile carries the two numbers the floor model needs (memory read bandwidth and dense FP16
+peak) plus enough provenance to re-check them. Built-in figures are those of docs/REFERENCE.md,
+"Jetson modules and comparison devices". ``get_device`` also resolves "host" (the probe in
+:mod:`robot_latency.floor.probe`) and "auto" (detection in :mod:`robot_latency.floor.jetson`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from robot_latency.floor.errors import UnknownDeviceError
+
+__all__ = [
+    "AUTO_ID",
+    "DEVICES",
+    "HOST_ID",
+    "HardwareProfile",
+    "get_device",
+    "list_devices",
+]
+
+logger = logging.getLogger(__name__)
+
+HOST_ID = "host"
+AUTO_ID = "auto"
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One device as the floor model sees it: bandwidth, memory, compute and provenance."""
+
+    id: str
+    name: str
+    bandwidth_gbps: float
+    memory_bytes: int
+    fp16_tflops: float | None
+    flops_derived: bool
+    cpu_cores: int | None
+    power_mode: str | None
+    source: str
+    notes: str = ""
+    family: str = ""
+    #: True where ``fp16_tflops`` is a peak the hardware cannot exceed (a datasheet figure, or
+    #: one derived from cores and clocks): only then does a prefill get a *floor* from it. The
+    #: host's figure is a measured sustained rate, which real kernels can beat.
+    flops_is_peak: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
+            raise ValueError(
+                f"{self.id}: bandwidth_gbps must be positive, got {self.bandwidth_gbps}"
+            )
+        if self.memory_bytes <= 0:
+            raise ValueError(f"{self.id}: memory_bytes must be positive, got {self.memory_bytes}")
+        if self.fp16_tflops is not None and not (
+            math.isfinite(self.fp16_tflops) and self.fp16_tflops > 0
+        ):
+            raise ValueError(f"{self.id}: fp16_tflops must be positive, got {self.fp16_tflops}")
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Return the memory read bandwidth in bytes per second."""
+        return self.bandwidth_gbps * 1e9
+
+    @property
+    def peak_flops(self) -> float | None:
+        """Return the dense FP16 peak in FLOP/s, or None where it is unknown."""
+        return None if self.fp16_tflops is None else self.fp16_tflops * 1e12
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the profile as a JSON-ready dict."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Built-in profiles (docs/REFERENCE.md, Jetson modules)
+# --------------------------------------------------------------------------------------------
+
+_GB = 1_000_000_000  # datasheets quote memory in GB = 1e9 bytes
+
+_AGX_DS = "NVIDIA Jetson AGX Orin Series datasheet DS-10662"
+_NX_DS = "NVIDIA Jetson Orin NX Series datasheet DS-10712"
+_NANO_DS = "NVIDIA Jetson Orin Nano Series datasheet DS-11105"
+_SUPER = "Super figures: JetPack 6.2 MAXN_SUPER mode, Jetson Linux power docs"
+_DERIVED = (
+    "FP16 TFLOPS derived here as tensor cores x GPU clock x 512 FLOP (dense), "
+    "not printed by NVIDIA (docs/REFERENCE.md, Jetson modules)"
+)
+# A capped mode's compute is derived from its nvpmodel block: TPCs left on by TPC_PG_MASK (a set
+# bit gates a TPC; an Orin TPC is 2 SMs = 8 tensor cores) at the mode's GPU MAX_FREQ.
+_CAPPED = "FP16 TFLOPS derived here from the mode's nvpmodel block: "
+
+
+_PROFILES: tuple[HardwareProfile, ...] = (
+    HardwareProfile(
+        id="orin-agx-64gb",
+        name="Jetson AGX Orin 64GB (MAXN)",
+        bandwidth_gbps=204.8,
+        memory_bytes=64 * _GB,
+        fp16_tflops=42.5,
+        flops_derived=True,
+        cpu_cores=12,
+        power_mode="MAXN",
+        source=f"{_AGX_DS}; {_DERIVED}",
+        notes="256-bit LPDDR5; 12 Cortex-A78AE cores",
+        family="orin-agx",
+    ),
+    HardwareProfile(
+        id="orin-agx-64gb-15w",
+        name="Jetson AGX Orin 64GB (15W)",
+        bandwidth_gbps=136.5,
+        memory_bytes=64 * _GB,
+        fp16_tflops=5.0,
+        flops_derived=True,
+        cpu_cores=4,
+        power_mode="15W",
+        source=(
+            f"{_AGX_DS}; nvpmodel MODE_15W caps EMC at 2133 MHz: 204.8 x 2133/3200 = 136.5 GB/s "
+            f"(docs/REFERENCE.md, Jetson modules); {_CAPPED}3 of 8 TPCs (TPC_PG_MASK 248) = "
+            "24 tensor cores x 0.408 GHz x 512 = 5.0"
+        ),
+        notes="MODE_15W also takes 8 of the 12 CPU cores offline",
+        family="orin-agx",
+    ),
+    HardwareProfile(
+        id="orin-agx-32gb",
+        name="Jetson AGX Orin 32GB (MAXN)",
+        bandwidth_gbps=204.8,
+        memory_bytes=32 * _GB,
+        fp16_tflops=27.0,
+        flops_derived=True,
+        cpu_cores=8,
+        power_mode="MAXN",
+        source=f"{_AGX_DS}; {_DERIVED}",
+        notes="256-bit LPDDR5; 8 Cortex-A78AE cores",
+        family="orin-agx",
+    ),
+    HardwareProfile(
+        id="orin-agx-industrial",
+        name="Jetson AGX Orin Industrial (MAXN)",
+        bandwidth_gbps=204.8,
+        memory_bytes=64 * _GB,
+        fp16_tflops=39.0,
+        flops_derived=True,
+        cpu_cores=12,
+        power_mode="MAXN",
+        source=f"{_AGX_DS}; {_DERIVED}",
+        notes="64 GB LPDDR5 with ECC",
+        family="orin-agx",
+    ),
+    HardwareProfile(
+        id="orin-nx-16gb",
+        name="Jetson Orin NX 16GB (MAXN)",
+        bandwidth_gbps=102.4,
+        memory_bytes=16 * _GB,
+        fp16_tflops=15.0,
+        flops_derived=True,
+        cpu_cores=8,
+        power_mode="MAXN",
+        source=f"{_NX_DS}; {_DERIVED}",
+        notes="128-bit LPDDR5",
+        family="orin-nx",
+    ),
+    HardwareProfile(
+        id="orin-nx-16gb-super",
+        name="Jetson Orin NX 16GB Super (MAXN_SUPER)",
+        bandwidth_gbps=102.4,
+        memory_bytes=16 * _GB,
+        fp16_tflops=19.2,
+        flops_derived=True,
+        cpu_cores=8,
+        power_mode="MAXN_SUPER",
+        source=f"{_NX_DS}; {_SUPER}; {_DERIVED}",
+        notes="same memory bandwidth as MAXN; higher GPU clock",
+        family="orin-nx",
+    ),
+    HardwareProfile(
+        id="orin-nx-16gb-10w",
+        name="Jetson Orin NX 16GB (10W)",
+        bandwidth_gbps=68.0,
+        memory_bytes=16 * _GB,
+        fp16_tflops=5.0,
+        flops_derived=True,
+        cpu_cores=4,
+        power_mode="10W",
+        source=(
+            f"{_NX_DS}; nvpmodel 10W caps EMC at 2133 MHz -> 68 GB/s "
+            "(docs/REFERENCE.md, Jetson modules); "
+            f"{_CAPPED}2 of 4 TPCs (TPC_PG_MASK 252) = 16 tensor cores x 0.612 GHz x 512 = 5.0"
+        ),
+        notes="10W also takes 4 of the 8 CPU cores offline",
+        family="orin-nx",
+    ),
+    HardwareProfile(
+        id="orin-nx-8gb",
+        name="Jetson Orin NX 8GB (MAXN)",
+        bandwidth_gbps=102.4,
+        memory_bytes=8 * _GB,
+        fp16_tflops=12.5,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="MAXN",
+        source=f"{_NX_DS}; {_DERIVED}",
+        notes="128-bit LPDDR5",
+        family="orin-nx",
+    ),
+    HardwareProfile(
+        id="orin-nx-8gb-super",
+        name="Jetson Orin NX 8GB Super (MAXN_SUPER)",
+        bandwidth_gbps=102.4,
+        memory_bytes=8 * _GB,
+        fp16_tflops=19.2,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="MAXN_SUPER",
+        source=f"{_NX_DS}; {_SUPER}; {_DERIVED}",
+        notes="same memory bandwidth as MAXN; higher GPU clock",
+        family="orin-nx",
+    ),
+    HardwareProfile(
+        id="orin-nano-8gb",
+        name="Jetson Orin Nano 8GB (15W)",
+        bandwidth_gbps=68.0,
+        memory_bytes=8 * _GB,
+        fp16_tflops=10.2,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="15W",
+        source=f"{_NANO_DS}; {_DERIVED}",
+        notes="128-bit LPDDR5; 7W/15W modes run EMC at 2133 MHz",
+        family="orin-nano",
+    ),
+    HardwareProfile(
+        id="orin-nano-8gb-super",
+        name="Jetson Orin Nano 8GB Super (MAXN_SUPER)",
+        bandwidth_gbps=102.0,
+        memory_bytes=8 * _GB,
+        fp16_tflops=16.7,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="MAXN_SUPER",
+        source=f"{_NANO_DS}; {_SUPER}; {_DERIVED}",
+        notes="EMC at 3199 MHz",
+        family="orin-nano",
+    ),
+    HardwareProfile(
+        id="orin-nano-4gb",
+        name="Jetson Orin Nano 4GB (10W)",
+        bandwidth_gbps=34.0,
+        memory_bytes=4 * _GB,
+        fp16_tflops=5.1,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="10W",
+        source=f"{_NANO_DS}; {_DERIVED}",
+        notes="64-bit LPDDR5",
+        family="orin-nano",
+    ),
+    HardwareProfile(
+        id="orin-nano-4gb-super",
+        name="Jetson Orin Nano 4GB Super (MAXN_SUPER)",
+        bandwidth_gbps=51.0,
+        memory_bytes=4 * _GB,
+        fp16_tflops=8.4,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="MAXN_SUPER",
+        source=f"{_NANO_DS}; {_SUPER}; {_DERIVED}",
+        notes="64-bit LPDDR5",
+        family="orin-nano",
+    ),
+    HardwareProfile(
+        id="thor-t5000",
+        name="Jetson Thor T5000 (MAXN)",
+        bandwidth_gbps=273.0,
+        memory_bytes=128 * _GB,
+        fp16_tflops=None,
+        flops_derived=False,
+        cpu_cores=14,
+        power_mode="MAXN",
+        source="secondary sources (docs/REFERENCE.md, Jetson modules)",
+        notes=(
+            "secondary sources; 256-bit LPDDR5X; published compute is FP4-focused, "
+            "so no dense FP16 figure is given"
+        ),
+        family="thor",
+    ),
+    HardwareProfile(
+        id="h100-sxm",
+        name="NVIDIA H100 SXM (comparison)",
+        bandwidth_gbps=3350.0,
+        memory_bytes=80 * _GB,
+        fp16_tflops=989.0,
+        flops_derived=False,
+        cpu_cores=None,
+        power_mode=None,
+        source="NVIDIA H100 Tensor Core GPU specification (dense FP16 tensor)",
+        notes="datacenter reference point, not an edge target",
+        family="datacenter",
+    ),
+)
+
+DEVICES: dict[str, HardwareProfile] = {p.id: p for p in _PROFILES}
+
+
+def list_devices() -> list[HardwareProfile]:
+    """Return every built-in profile, in a stable order (the host is not included)."""
+    return list(DEVICES.values())
+
+
+def get_device(
+    device_id: str, *, cache_path: Path | None = None, sysfs_root: Path = Path("/")
+) -> HardwareProfile:
+    """Return the profile for a device id, "host" (probed and cached) or "auto" (detected).
+
+    "auto" picks the detected Jetson's profile, power mode considered, and falls back to the
+    host probe anywhere else. An unknown id raises UnknownDeviceError listing the valid ids.
+    """
+    # The probe and the detector both read this table, so they are imported here, on use.
+    from robot_latency.floor.jetson import detect_jetson
+    from robot_latency.floor.probe import load_or_probe_host
+
+    key = device_id.strip().lower()
+    if key in DEVICES:
+        return DEVICES[key]
+    if key == HOST_ID:
+        return load_or_probe_host(cache_path)
+    if key == AUTO_ID:
+        info = detect_jetson(sysfs_root)
+        if info is not None and info.profile_id is not None:
+            logger.info(
+                "detected %s (module %s, power mode %s): using profile %s",
+                info.model_string,
+                info.module,
+                info.power_mode,
+                info.profile_id,
+            )
+            return DEVICES[info.profile_id]
+        if info is not None:
+            logger.warning(
+                "Jetson %r has no built-in profile; probing it as a host", info.model_string
+            )
+        return load_or_probe_host(cache_path)
+    valid = ", ".join([AUTO_ID, HOST_ID, *DEVICES])
+    raise UnknownDeviceError(f"unknown device id {device_id!r}; valid ids: {valid}")

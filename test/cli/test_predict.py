@@ -1,0 +1,192 @@
+"""``predict`` and ``calibrate`` end to end: JSON keys, calibration from real run directories
+(simulated engine on a scripted clock), and bad input ending in one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robot_latency.cli import main
+from robot_latency.clock import ScriptedClock
+from robot_latency.floor.calibration import read_calibration
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.replay import replay
+from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.records import read_records
+from robot_latency.streams import Command, read_stream, write_jsonl
+
+MS = 1_000_000
+PREDICT_KEYS = {"itl_pred_ms", "itl_pred_interval_ms", "ttft_pred_ms", "itl_floor_ms",
+                "efficiency", "overhead_ms", "calibration"}
+TEXTS = ["pick up the red cup and put it on the tray", "go to the kitchen slowly",
+         "bring the blue box to the table"]
+# the simulated engine's own two terms, which calibrate must find again
+SIM_EFFICIENCY, SIM_OVERHEAD_MS = 0.5, 2.0
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_predict_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--device", "orin-nano-8gb-super", "--model", "llama-3.2-3b",
+                "--quant", "Q4_0", "--engine-family", "mlc", "--prompt-tokens", "64", "--json")
+    assert PREDICT_KEYS <= set(out)
+    assert out["itl_floor_ms"] < out["itl_pred_ms"]
+    assert len(out["itl_pred_interval_ms"]) == 2 and out["ttft_pred_ms"] > 0
+    assert out["calibration"]["source"] == "published table"
+    assert out["calibration"]["basis"]  # the rows it was fitted on
+
+
+def test_predict_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--validate", "--json")
+    assert out["predicted"] >= 10 and out["sources"] >= 3
+    assert out["median_abs_error"] <= 0.15 and out["max_abs_error"] <= 0.35
+
+
+def test_predict_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _fails(capsys, "predict", "--engine-family", "warp")
+    assert "warp" in err and "llamacpp-cuda" in err and "mlc" in err
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps({"format": "robot_latency.calibration/1", "decode": [1, 2]}))
+    assert "decode" in _fails(capsys, "predict", "--engine-family", "mlc", "--calibration",
+                              str(bad))
+    assert "vllm" in _fails(capsys, "predict", "--engine-family", "vllm")
+
+
+def _sim_run(tmp_path: Path, name: str, model: str) -> Path:
+    """A real run directory: the simulated engine with fixed terms, no jitter, scripted clock."""
+    cmds = [Command(t_ns=i * 300 * MS, text=TEXTS[i % len(TEXTS)], command_id=f"s:{i}")
+            for i in range(6)]
+    stream = read_stream(write_jsonl(tmp_path / f"{name}.jsonl", cmds))
+    out = tmp_path / name
+    cfg = RunConfig(planner=PlannerConfig(period_ms=300, deadline_ms=250, max_tokens=24),
+                    log_dir=out, engine="sim", runner="inline",
+                    engine_options={"device": "orin-agx-64gb", "model": model, "quant": "Q4_K_M",
+                                    "efficiency": SIM_EFFICIENCY,
+                                    "overhead_ms": SIM_OVERHEAD_MS, "jitter_sigma": 0.0},
+                    model=model, quant="Q4_K_M", host_device="orin-agx-64gb",
+                    target_device="orin-nano-8gb", label=name)
+    with PlannerRun(cfg, publish=lambda plan: None, clock=ScriptedClock(start_ns=10**9)) as run:
+        replay(run.loop, stream)
+        run.close()
+    assert any(r.itl_ns for r in read_records(out / "cycles.jsonl"))
+    return out
+
+
+def test_calibrate_finds_the_simulated_terms_again(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    small = _sim_run(tmp_path, "small", "smollm2-135m")
+    large = _sim_run(tmp_path, "large", "llama-3.2-1b")
+    cal_path = tmp_path / "cal.json"
+    out = _json(capsys, "calibrate", str(small), str(large), "--engine-family", "llamacpp-cuda",
+                "--out", str(cal_path), "--json")
+    cal = out["calibration"]
+    # the runs' gaps grow with the KV cache, placed at the median context: close, not exact
+    assert cal["decode"]["efficiency"] == pytest.approx(SIM_EFFICIENCY, rel=0.03)
+    assert cal["decode"]["overhead_ms"] == pytest.approx(SIM_OVERHEAD_MS, abs=0.1)
+    assert cal["device_id"] == "orin-agx-64gb"
+    back = read_calibration(cal_path, device_id="orin-agx-64gb")
+    # the file is accepted by predict and the sim engine (through run) on that device
+    pred = _json(capsys, "predict", "--device", "orin-agx-64gb", "--model", "qwen2.5-0.5b",
+                 "--engine-family", "llamacpp-cuda", "--calibration", str(cal_path), "--json")
+    assert pred["efficiency"] == pytest.approx(back.efficiency)
+    assert pred["calibration"]["source"].startswith("runs")
+    # ...and refused for another device
+    err = _fails(capsys, "predict", "--device", "orin-nano-8gb", "--engine-family",
+                 "llamacpp-cuda", "--calibration", str(cal_path))
+    assert "orin-agx-64gb" in err and "orin-nano-8gb" in err
+
+
+def test_calibrate_single_size_refused_or_held(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    only = _sim_run(tmp_path, "only", "qwen2.5-0.5b")
+    err = _fails(capsys, "calibrate", str(only), "--engine-family", "llamacpp-cuda")
+    assert "model size" in err and "--fixed-overhead-ms" in err
+    out = _json(capsys, "calibrate", str(only), "--engine-family", "llamacpp-cuda",
+                "--fixed-overhead-ms", str(SIM_OVERHEAD_MS), "--json")
+    assert out["calibration"]["decode"]["overhead_fixed"] is True
+    assert out["calibration"]["notes"]
+    assert out["calibration"]["decode"]["efficiency"] == pytest.approx(SIM_EFFICIENCY, rel=0.03)
+
+
+def test_calibrate_needs_a_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    only = _sim_run(tmp_path, "only", "qwen2.5-0.5b")
+    assert "engine family" in _fails(capsys, "calibrate", str(only))
+    assert "manifest.json" in _fails(capsys, "calibrate", str(tmp_path / "absent"))
+
+
+def test_records_carry_the_target_prediction(tmp_path: Path) -> None:
+    run = _sim_run(tmp_path, "r", "qwen2.5-0.5b")
+    recs = [r for r in read_records(run / "cycles.jsonl") if r.floor and r.tokens_in]
+    assert recs
+    for r in recs:
+        target = r.floor["target"]
+        assert target["engine_family"] == "llamacpp-cuda"  # the default family
+        assert target["itl_pred_ms"] > target["itl_floor_ms"] > 0
+        assert target["ttft_pred_ms"] > 0 and target["calibration"]
+        assert r.floor["host"]["itl_floor_ms"] > 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert set(PREDICT_KEYS) <= set(manifest["floor"]["target_prediction"])
+
+
+def test_floor_json_with_an_engine_family_adds_the_prediction(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "floor", "--device", "orin-nano-8gb-super", "--model", "llama-3.2-3b",
+                "--quant", "Q4_0", "--engine-family", "mlc", "--json")
+    pred = out["target_prediction"]
+    assert PREDICT_KEYS <= set(pred)
+    assert pred["itl_floor_ms"] == pytest.approx(out["itl_floor_ms"])
+    assert pred["itl_pred_ms"] > out["itl_floor_ms"]
+    manual = _json(capsys, "floor", "--device", "orin-nano-8gb-super", "--params", "1e9",
+                   "--weight-bits", "4", "--kv-bytes-per-token", "1000", "--engine-family", "mlc",
+                   "--json")
+    assert manual["target_prediction"]["itl_pred_ms"] > manual["itl_floor_ms"]
+
+
+def test_comparison_and_plot_show_host_measured_target_predicted_and_floors(
+        tmp_path: Path) -> None:
+    from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.plots import plot_measured_vs_predicted
+    from robot_latency.report.rundir import load_runs
+
+    runs = [_sim_run(tmp_path, "a", "smollm2-135m"), _sim_run(tmp_path, "b", "qwen2.5-0.5b")]
+    rows = compare_runs(runs)
+    for row in rows:
+        assert row.pred_engine_family == "llamacpp-cuda"
+        assert row.pred_itl_target_ms > row.floor_itl_target_ms > 0
+        assert row.itl_p50_ms > row.floor_itl_host_ms > 0
+    table = to_markdown(rows)
+    assert "pred. ITL target ms" in table and "(llamacpp-cuda)" in table
+    assert plot_measured_vs_predicted(load_runs(runs), tmp_path / "mvp.png").stat().st_size > 0
+
+
+def test_run_sim_with_an_engine_family_simulates_and_records_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream = write_jsonl(tmp_path / "s.jsonl", [
+        Command(t_ns=i * 100 * MS, text=TEXTS[i % len(TEXTS)], command_id=f"c:{i}")
+        for i in range(3)])
+    out = tmp_path / "run"
+    assert main(["run", "--stream", str(stream), "--engine", "sim", "--engine-family", "mlc",
+                 "--device", "orin-nano-8gb-super", "--model", "smollm2-135m", "--quant", "Q4_0",
+                 "--runner", "inline", "--asap", "--mode", "event", "--deadline-ms", "190",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine_info"]["calibration"]["engine_family"] == "mlc"
+    assert manifest["floor"]["target_prediction"]["engine_family"] == "mlc"
+    recs = [r for r in read_records(out / "cycles.jsonl") if r.floor and r.tokens_in]
+    assert recs and all(r.floor["target"]["engine_family"] == "mlc" for r in recs)
+    err = _fails(capsys, "run", "--stream", str(stream), "--engine", "sim", "--engine-family",
+                 "warp", "--device", "orin-nano-8gb", "--out", str(tmp_path / "bad"))
+    assert "warp" in err

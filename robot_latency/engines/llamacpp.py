@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,89 +35,9 @@ from robot_latency.engines.base import (
     stop_after_token,
     stop_reason_now,
 )
+from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig
 
 log = logging.getLogger(__name__)
-
-#: llama.cpp KV cache types by name (ggml_type values).
-KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-            "bf16": 30}
-
-
-@dataclass(frozen=True)
-class LlamaCppConfig:
-    """Options of the llama.cpp engine; all recorded with every run.
-
-    Args:
-        model_path: GGUF file ("" = the bundled planner model).
-        n_threads: CPU threads for decode (leave a core to the planner loop).
-        n_threads_batch: CPU threads for prefill (default: n_threads).
-        n_gpu_layers: layers offloaded to the GPU (Jetson CUDA build; 0 on a CPU host).
-        n_ctx: context length allocated (0: the model's trained context).
-        chunk_tokens: prefill chunk size: a deadline check runs between chunks.
-        flash_attn: use flash attention.
-        kv_type: KV cache element type (f16, q8_0, ...).
-        prefix_cache: reuse the KV of the prefix shared with the previous prompt.
-        abort_callback: arm llama.cpp's abort callback near deadlines (CPU backend only).
-        arm_margin_steps: in decode, arm the callback once the deadline is this many ITLs away.
-        draft: speculative decoding: "" (off), "model" (``draft_model_path``) or
-            "prompt_lookup" (n-gram lookup in the context).
-        draft_model_path: the draft GGUF (same vocabulary as the target).
-        draft_k: tokens drafted per round.
-        draft_adaptive: adapt k each round (grow after a fully accepted round, shrink after a
-            rejection), between 1 and ``draft_k``.
-        draft_n_threads: CPU threads of the draft model.
-        seed: sampling seed.
-        warm_prefix: the planner profile's fixed prompt prefix, evaluated once at load so the
-            first cycle prefills only its own part ("" = none).
-        max_suffix_tokens: the longest per-cycle part the run will send (tokens); with
-            ``warm_prefix`` and ``max_new_tokens`` it must fit the context, checked at load.
-        max_new_tokens: the most tokens a cycle generates (for that check).
-    """
-
-    model_path: str = ""
-    n_threads: int = 1
-    n_threads_batch: int | None = None
-    n_gpu_layers: int = 0
-    n_ctx: int = 0
-    chunk_tokens: int = 64
-    flash_attn: bool = False
-    kv_type: str = "f16"
-    prefix_cache: bool = True
-    abort_callback: bool = True
-    arm_margin_steps: float = 2.0
-    draft: str = ""
-    draft_model_path: str = ""
-    draft_k: int = 4
-    draft_adaptive: bool = False
-    draft_n_threads: int = 1
-    seed: int = 0
-    warm_prefix: str = ""
-    max_suffix_tokens: int = 0
-    max_new_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> EngineError:
-            return EngineError(f"llamacpp: {name}={getattr(self, name)!r}: {why}")
-
-        if self.n_threads < 1:
-            raise bad("n_threads", "must be >= 1")
-        if self.n_threads_batch is not None and self.n_threads_batch < 1:
-            raise bad("n_threads_batch", "must be >= 1")
-        if self.n_ctx != 0 and self.n_ctx < 16:
-            raise bad("n_ctx", "must be 0 (the model's) or >= 16")
-        if self.chunk_tokens < 1:
-            raise bad("chunk_tokens", "must be >= 1")
-        if self.kv_type not in KV_TYPES:
-            raise bad("kv_type", f"must be one of {sorted(KV_TYPES)}")
-        if self.n_gpu_layers < -1:
-            raise bad("n_gpu_layers", "must be >= -1 (-1: all)")
-        if self.draft not in ("", "model", "prompt_lookup"):
-            raise bad("draft", "must be '', 'model' or 'prompt_lookup'")
-        if self.draft == "model" and not self.draft_model_path:
-            raise bad("draft_model_path", "is required when draft='model'")
-        if not 1 <= self.draft_k <= 32:
-            raise bad("draft_k", "must be in 1..32")
-
 
 def resolve_model_path(model_path: str) -> Path:
     """Return the GGUF to load: the given path, or the bundled planner for ""."""
@@ -258,6 +178,8 @@ class LlamaCppEngine:
 
         grammar = self._grammar(request.grammar)
         if grammar is not None and request.temperature <= 0:
+            from robot_latency.engines.llama_sampling import GreedyGrammarSampler
+
             return GreedyGrammarSampler(self.llm, grammar)
         sampler = _internals.LlamaSampler()
         if grammar is not None:
@@ -489,49 +411,6 @@ class LlamaCppEngine:
             if self.drafter is not None:
                 self.drafter.close()
             self.llm.close()
-
-
-class GreedyGrammarSampler:
-    """Grammar-constrained greedy sampling that checks the grammar on the argmax first.
-
-    A grammar sampler in a chain tests every token of the vocabulary against the grammar each
-    step, which costs milliseconds at a 150k vocabulary. The argmax of the constrained logits is
-    the plain argmax whenever the grammar allows it, so test that one token first and run the
-    full constrained pass only when it is rejected (llama.cpp's own common sampler does the
-    same). The output is identical to the chain [grammar, greedy].
-    """
-
-    def __init__(self, llm: Any, grammar: Any) -> None:
-        import llama_cpp
-        from llama_cpp import _internals
-
-        self._llama_cpp = llama_cpp
-        self.chain = _internals.LlamaSampler()
-        self.chain.add_grammar(llm._model, grammar)
-        self.chain.add_greedy()
-        self.greedy = _internals.LlamaSampler()
-        self.greedy.add_greedy()
-        self._grammar = llama_cpp.llama_sampler_chain_get(self.chain.sampler, 0)
-        self._data = (llama_cpp.llama_token_data * 1)()
-        self._array = llama_cpp.llama_token_data_array(data=self._data, size=1, selected=-1,
-                                                       sorted=False)
-        self.full_passes = 0
-
-    def sample(self, ctx: Any, idx: int = -1) -> int:
-        """Return the constrained greedy token at batch position ``idx`` and accept it."""
-        token = int(self.greedy.sample(ctx, idx))
-        self._data[0].id, self._data[0].logit, self._data[0].p = token, 0.0, 0.0
-        self._array.size, self._array.selected = 1, -1
-        self._llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(self._array))
-        if self._data[0].logit == float("-inf"):  # the grammar rejects the argmax
-            self.full_passes += 1
-            return int(self.chain.sample(ctx, idx))  # constrained pass; accepts the token
-        self.chain.accept(token)
-        return token
-
-    def accept(self, token: int) -> None:
-        """Advance the grammar over a token chosen elsewhere."""
-        self.chain.accept(token)
 
 
 @register_engine("llamacpp")

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines.action_mask import GRAMMAR_MASK, ActionGrammarMask, normalize_gbnf
 from robot_latency.engines.base import (
     AbortSignal,
     EngineError,
@@ -51,17 +52,7 @@ from robot_latency.engines.base import (
     stop_reason_now,
 )
 from robot_latency.engines.providers import choose_providers
-from robot_latency.plan.actions import (
-    ACTIONS,
-    COLORS,
-    LOCATION_ACTIONS,
-    LOCATIONS,
-    NO_SPEED_ACTIONS,
-    OBJECT_ACTIONS,
-    OBJECTS,
-    SPEEDS,
-    actions_gbnf,
-)
+from robot_latency.plan.actions import actions_gbnf
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +60,6 @@ DEFAULT_PROVIDERS: tuple[str, ...] = (
     "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 #: Providers whose memory is the GPU's (IO binding keeps the KV there).
 _GPU_PROVIDERS = {"TensorrtExecutionProvider": "cuda", "CUDAExecutionProvider": "cuda"}
-GRAMMAR_MASK = "planner-action-mask"
 
 
 @dataclass(frozen=True)
@@ -173,81 +163,6 @@ def resolve_tokenizer_gguf(model_path: Path, tokenizer_gguf: str = "") -> Path:
                           f"({', '.join(c + '.gguf' for c in candidates)}) and {err}") from err
 
 
-def _normalize_gbnf(text: str) -> str:
-    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    return "\n".join(" ".join(line.split()) for line in lines if line)
-
-
-class ActionGrammarMask:
-    """The planner's action grammar (``root ::= step+``) as a logit mask over token ids.
-
-    Matching is on token pieces (bytes, special tokens rendered), like llama.cpp's grammar
-    sampler: the state is the grammar position plus the bytes of an action token matched so far.
-
-    Args:
-        pieces: every token's piece, by id (``b""`` for tokens that render as nothing).
-        eog: the end-of-generation token ids (allowed only at a step boundary).
-    """
-
-    # Grammar positions; the "after a step" ones are where <end> may come.
-    START, OBJ_OR_COLOR, OBJ, LOC, SPEED_OK, STEP_DONE = range(6)
-    _COMPLETE = (SPEED_OK, STEP_DONE)
-
-    def __init__(self, pieces: list[bytes], eog: set[int]) -> None:
-        def tok(name: str) -> bytes:
-            return f"<{name}>".encode()
-
-        actions = {tok(a): (self.OBJ_OR_COLOR if a in OBJECT_ACTIONS else self.LOC
-                            if a in LOCATION_ACTIONS else self.STEP_DONE if a in NO_SPEED_ACTIONS
-                            else self.SPEED_OK) for a in ACTIONS}
-        colors = {f"<col:{c}>".encode(): self.OBJ for c in COLORS}
-        objects = {f"<obj:{o}>".encode(): self.SPEED_OK for o in OBJECTS}
-        locations = {f"<loc:{loc}>".encode(): self.SPEED_OK for loc in LOCATIONS}
-        speeds = {tok(s): self.STEP_DONE for s in SPEEDS}
-        # Next complete token text -> next position, per position.
-        self._next: dict[int, dict[bytes, int]] = {
-            self.START: actions,
-            self.OBJ_OR_COLOR: {**colors, **objects},
-            self.OBJ: objects,
-            self.LOC: locations,
-            self.SPEED_OK: {**speeds, **actions},
-            self.STEP_DONE: actions,
-        }
-        charset = set(b"".join(t for table in self._next.values() for t in table))
-        self.eog = np.array(sorted(eog), dtype=np.int64)
-        # Only tokens made of the grammar's bytes can ever match; the rest are masked always.
-        self._candidates = [(i, p) for i, p in enumerate(pieces)
-                            if p and i not in eog and set(p) <= charset]
-        self._allowed: dict[tuple[int, bytes], np.ndarray] = {}
-
-    def start(self) -> tuple[int, bytes]:
-        """Return the state before the first output token."""
-        return (self.START, b"")
-
-    def advance(self, state: tuple[int, bytes], piece: bytes) -> tuple[int, bytes] | None:
-        """Return the state after ``piece``, or None when the grammar rejects it."""
-        pos, partial = state
-        for byte in piece:
-            partial += bytes((byte,))
-            table = self._next[pos]
-            if partial in table:
-                pos, partial = table[partial], b""
-            elif not any(text.startswith(partial) for text in table):
-                return None
-        return (pos, partial)
-
-    def allowed(self, state: tuple[int, bytes]) -> np.ndarray:
-        """Return the sorted token ids the grammar allows next (cached per state)."""
-        ids = self._allowed.get(state)
-        if ids is None:
-            ok = [i for i, p in self._candidates if self.advance(state, p) is not None]
-            if state[1] == b"" and state[0] in self._COMPLETE:
-                ok.extend(int(e) for e in self.eog)
-            ids = np.array(sorted(ok), dtype=np.int64)
-            self._allowed[state] = ids
-        return ids
-
-
 class OnnxEngine:
     """A batch-1 ONNX Runtime engine with per-token timing, prefix reuse, chunked prefill and
     grammar-masked greedy decoding (see the module docstring)."""
@@ -313,7 +228,7 @@ class OnnxEngine:
         # the grammar mask allows every end-of-generation token llama.cpp's grammar allows.
         self._eos = int(self.llm.token_eos())
         self._mask: ActionGrammarMask | None = None
-        self._known_grammar = _normalize_gbnf(actions_gbnf())
+        self._known_grammar = normalize_gbnf(actions_gbnf())
         self._cache_tokens: list[int] = []
         self._kv: list[Any] = []
         self._reset_cache()
@@ -359,7 +274,7 @@ class OnnxEngine:
     def _grammar_mask(self, grammar: str | None) -> ActionGrammarMask | None:
         if grammar is None:
             return None
-        if _normalize_gbnf(grammar) != self._known_grammar:
+        if normalize_gbnf(grammar) != self._known_grammar:
             raise EngineError(f"onnx: grammar not supported: this engine applies only the "
                               f"planner's action grammar (actions_gbnf()) as a logit mask "
                               f"({GRAMMAR_MASK}); got {grammar[:60]!r}...")

@@ -26,7 +26,7 @@ from robot_latency.engines import (
     StopReason,
     create_engine,
 )
-from robot_latency.engines.onnx import GRAMMAR_MASK, ActionGrammarMask
+from robot_latency.engines.action_mask import GRAMMAR_MASK, ActionGrammarMask
 from robot_latency.models.onnx_export import export_all
 from robot_latency.models.tokenizer import format_prompt
 from robot_latency.plan.actions import actions_gbnf, parse_actions

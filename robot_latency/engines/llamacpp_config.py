@@ -1,0 +1,87 @@
+"""The llama.cpp engine's options: one frozen dataclass, validated in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robot_latency.engines.base import EngineError
+
+#: llama.cpp KV cache types by name (ggml_type values).
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+            "bf16": 30}
+
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    """Options of the llama.cpp engine; all recorded with every run.
+
+    Args:
+        model_path: GGUF file ("" = the bundled planner model).
+        n_threads: CPU threads for decode (leave a core to the planner loop).
+        n_threads_batch: CPU threads for prefill (default: n_threads).
+        n_gpu_layers: layers offloaded to the GPU (Jetson CUDA build; 0 on a CPU host).
+        n_ctx: context length allocated (0: the model's trained context).
+        chunk_tokens: prefill chunk size: a deadline check runs between chunks.
+        flash_attn: use flash attention.
+        kv_type: KV cache element type (f16, q8_0, ...).
+        prefix_cache: reuse the KV of the prefix shared with the previous prompt.
+        abort_callback: arm llama.cpp's abort callback near deadlines (CPU backend only).
+        arm_margin_steps: in decode, arm the callback once the deadline is this many ITLs away.
+        draft: speculative decoding: "" (off), "model" (``draft_model_path``) or
+            "prompt_lookup" (n-gram lookup in the context).
+        draft_model_path: the draft GGUF (same vocabulary as the target).
+        draft_k: tokens drafted per round.
+        draft_adaptive: adapt k each round (grow after a fully accepted round, shrink after a
+            rejection), between 1 and ``draft_k``.
+        draft_n_threads: CPU threads of the draft model.
+        seed: sampling seed.
+        warm_prefix: the planner profile's fixed prompt prefix, evaluated once at load so the
+            first cycle prefills only its own part ("" = none).
+        max_suffix_tokens: the longest per-cycle part the run will send (tokens); with
+            ``warm_prefix`` and ``max_new_tokens`` it must fit the context, checked at load.
+        max_new_tokens: the most tokens a cycle generates (for that check).
+    """
+
+    model_path: str = ""
+    n_threads: int = 1
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0
+    n_ctx: int = 0
+    chunk_tokens: int = 64
+    flash_attn: bool = False
+    kv_type: str = "f16"
+    prefix_cache: bool = True
+    abort_callback: bool = True
+    arm_margin_steps: float = 2.0
+    draft: str = ""
+    draft_model_path: str = ""
+    draft_k: int = 4
+    draft_adaptive: bool = False
+    draft_n_threads: int = 1
+    seed: int = 0
+    warm_prefix: str = ""
+    max_suffix_tokens: int = 0
+    max_new_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> EngineError:
+            return EngineError(f"llamacpp: {name}={getattr(self, name)!r}: {why}")
+
+        if self.n_threads < 1:
+            raise bad("n_threads", "must be >= 1")
+        if self.n_threads_batch is not None and self.n_threads_batch < 1:
+            raise bad("n_threads_batch", "must be >= 1")
+        if self.n_ctx != 0 and self.n_ctx < 16:
+            raise bad("n_ctx", "must be 0 (the model's) or >= 16")
+        if self.chunk_tokens < 1:
+            raise bad("chunk_tokens", "must be >= 1")
+        if self.kv_type not in KV_TYPES:
+            raise bad("kv_type", f"must be one of {sorted(KV_TYPES)}")
+        if self.n_gpu_layers < -1:
+            raise bad("n_gpu_layers", "must be >= -1 (-1: all)")
+        if self.draft not in ("", "model", "prompt_lookup"):
+            raise bad("draft", "must be '', 'model' or 'prompt_lookup'")
+        if self.draft == "model" and not self.draft_model_path:
+            raise bad("draft_model_path", "is required when draft='model'")
+        if not 1 <= self.draft_k <= 32:
+            raise bad("draft_k", "must be in 1..32")

@@ -36,7 +36,7 @@ from robot_latency.records import CycleRecord
 #: z for a two-sided 95% interval.
 Z_95 = 1.959963984540054
 
-#: Fewer samples than this behind a p99 gets a warning (REFERENCE section 3).
+#: Fewer samples than this behind a p99 gets a warning (docs/REFERENCE.md, "Tail latency").
 P99_MIN_SAMPLES = 1000
 
 #: Per-cycle metrics summarised, in output order; ``itl_ms`` pools every gap of every cycle.

@@ -9,10 +9,10 @@ and a deadline check runs wherever llama.cpp can stop:
              ─► sample (greedy, grammar-constrained) ─► token stamped ─► eval it ─► ...
 
 The abort callback is a Python function that llama.cpp calls a few hundred times per token
-(REFERENCE section 7: +4% ITL when always armed), so it is armed only during the prefill and, in
-decode, once the deadline is within ``arm_margin_steps`` inter-token gaps. It does nothing when
-layers are offloaded to a GPU (llama.cpp checks it on the CPU backend only); there the chunk
-boundaries are the interruption points.
+(docs/REFERENCE.md, "Engine facts": +4% ITL when always armed), so it is armed only during the
+prefill and, in decode, once the deadline is within ``arm_margin_steps`` inter-token gaps. It does
+nothing when layers are offloaded to a GPU (llama.cpp checks it on the CPU backend only); there the
+chunk boundaries are the interruption points.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Speculative decoding at batch 1: the drafters.
 
 A drafter proposes up to k tokens; the target scores them all in one pass and keeps the longest
-prefix its own greedy choice agrees with, plus one token of its own. At temperature 0 the output
-is exactly the target's (REFERENCE section 2). The verify loop lives in the llama.cpp engine,
-which owns the target's KV cache; this module holds what is independent of it:
+prefix its own greedy choice agrees with, plus one token of its own. At temperature 0 the output is
+exactly the target's (docs/REFERENCE.md, "Speculative decoding"). The verify loop lives in the
+llama.cpp engine, which owns the target's KV cache; this module holds what is independent of it:
 
 * :class:`DraftModelDrafter` — a second, smaller llama.cpp model drafting greedily (with the same
   grammar as the target, which raises acceptance);

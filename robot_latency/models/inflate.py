@@ -2,9 +2,9 @@
 
 A tiny planner is launch-overhead bound and far faster than any model a robot would run, so its
 timings say little about a deployment. ``inflate`` writes the same function in the exact tensor
-shapes of a preset (REFERENCE 6: Qwen2.5-0.5B, Llama-3.2-1B, ...), so llama.cpp does the real
-per-token work of that model while the plans stay the planner's (REFERENCE 8 gives the recipe,
-tried here before):
+shapes of a preset (docs/REFERENCE.md, "Model shapes": Qwen2.5-0.5B, Llama-3.2-1B, ...), so
+llama.cpp does the real per-token work of that model while the plans stay the planner's
+(docs/REFERENCE.md, "Measured on the development machine" gives the recipe, tried here before):
 
 * hidden size: zero-padded. Embedding columns, q/k/v/gate/up input columns and o/down output
   rows past the small width are zero, so the padded coordinates of the residual stream stay 0.

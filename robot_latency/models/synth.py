@@ -1,9 +1,10 @@
 """Random-weight GGUFs of any preset shape, for timing studies only.
 
 **Random weights: outputs are noise, timing only.** A synthetic model has the exact tensor shapes
-(and so the per-token bytes and FLOPs) of a preset (REFERENCE 6), written as a llama GGUF with the
-planner's tokenizer padded to the preset's vocabulary (``<unused_N>`` tokens), so the planner's
-prompts tokenize. Use it to time a shape; never read meaning into what it generates. For a model
+(and so the per-token bytes and FLOPs) of a preset (docs/REFERENCE.md, "Model shapes"), written as a
+llama GGUF with the planner's tokenizer padded to the preset's vocabulary (``<unused_N>`` tokens),
+so the planner's prompts tokenize. Use it to time a shape; never read meaning into what it
+generates. For a model
 of the same shape that still plans, see :mod:`robot_latency.models.inflate`.
 
 Tied presets are written tied (no ``output.weight``; llama.cpp reads the embedding table as the

@@ -1,8 +1,8 @@
 """The loop's CPU budget: which cores the loop and the engine use, and at what priority.
 
 A thread that must wake at a deadline wakes late when the engine computes on its core
-(REFERENCE section 8: 3.9 ms late at p99 with llama.cpp on both cores, 0.29 ms with one core
-free). The budget makes the remedy explicit and recorded with the run:
+(docs/REFERENCE.md, "Measured on the development machine": 3.9 ms late at p99 with llama.cpp on both
+cores, 0.29 ms with one core free). The budget makes the remedy explicit and recorded with the run:
 
 * ``loop_cpus``: the loop's thread runs only on these cores (empty: wherever the OS puts it).
 * ``engine_cpus``: the engine worker runs only on these (empty: every core the loop does not

@@ -7,8 +7,8 @@ CLOCK_MONOTONIC, the same system-wide clock the loop reads, so timestamps compar
 processes.
 
 Thread and core budget: the worker's engine uses ``n_threads`` cores; leave one core to the loop
-(REFERENCE section 8: a waiting thread woke 3.9 ms late at p99 with llama.cpp on both cores,
-0.29 ms with one core left free).
+(docs/REFERENCE.md, "Measured on the development machine": a waiting thread woke 3.9 ms late at p99
+with llama.cpp on both cores, 0.29 ms with one core left free).
 """
 
 from __future__ import annotations

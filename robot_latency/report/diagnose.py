@@ -1,6 +1,6 @@
 """Tail diagnosis: why a run's slow cycles are slow, and what each miss was caused by.
 
-Two kinds of miss (REFERENCE section 3; both are counted, neither hides the other):
+Two kinds of miss (docs/REFERENCE.md, "Tail latency"; both are counted, neither hides the other):
 
 * **deadline miss** (``deadline_misses``): the loop broke its promise. No plan was published by
   the deadline: published late, or the cycle was skipped after an overrun. This is the same

@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -128,6 +129,41 @@ class CpuBudget:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "loop_cpus": list(self.loop_cpus),
                 "engine_cpus": list(self.engine_cpus)}
+
+
+@dataclass(frozen=True)
+class ThreadSettings:
+    """A thread's cores and scheduler, as they were before the loop's budget was applied."""
+
+    thread_id: int
+    cpus: frozenset[int]
+    policy: int | None
+    priority: int
+
+
+def capture_thread() -> ThreadSettings:
+    """Return the calling thread's cores and scheduler (to restore after the loop)."""
+    policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+    priority = os.sched_getparam(0).sched_priority if policy is not None else 0
+    return ThreadSettings(threading.get_ident(), available_cpus(), policy, priority)
+
+
+def restore_thread(before: ThreadSettings) -> None:
+    """Give the calling thread back the cores and scheduler it had before the loop ran in it.
+
+    A process that runs several loops in one thread (a sweep) must not start the second pinned
+    to the first one's core, nor leave the caller real-time. Only the thread that was captured
+    can be restored (affinity and scheduler are per thread); other threads are left alone.
+    """
+    if threading.get_ident() != before.thread_id:
+        return
+    try:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, before.cpus)
+        if before.policy is not None and os.sched_getscheduler(0) != before.policy:
+            os.sched_setscheduler(0, before.policy, os.sched_param(before.priority))
+    except OSError as err:  # best effort: the run itself is over and recorded
+        log.warning("could not restore the thread's cores and scheduler: %s", err)
 
 
 def apply_to_loop_thread(budget: CpuBudget) -> dict[str, Any]:

@@ -40,9 +40,12 @@ from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import (
     BudgetError,
     CpuBudget,
+    ThreadSettings,
     apply_to_loop_thread,
+    capture_thread,
     freeze_heap,
     loop_thread_state,
+    restore_thread,
 )
 from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.engine import create_planner_engine
@@ -255,6 +258,7 @@ class PlannerRun:
         self.runner = make_runner(config, clock) if runner is None else runner
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
         self.loop_thread: dict[str, Any] = loop_thread_state()
+        self._thread_before: ThreadSettings | None = None
         self._steal_s = _host_steal_s()
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
@@ -310,6 +314,7 @@ class PlannerRun:
         Raises:
             RunError: the budget cannot be applied (the message says which field and why).
         """
+        self._thread_before = capture_thread()
         try:
             self.loop_thread = apply_to_loop_thread(self.config.cpu)
         except BudgetError as err:
@@ -399,6 +404,8 @@ class PlannerRun:
         self.closed = True
         if self.loop_thread.get("gc_frozen_objects"):
             gc.unfreeze()  # the start-up heap is collectable again once the loop is over
+        if self._thread_before is not None:
+            restore_thread(self._thread_before)  # a sweep's next run starts unpinned
         self.sink.close()
         if self.owns_runner:
             close_runner(self.runner)

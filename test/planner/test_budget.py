@@ -218,3 +218,22 @@ def test_ros_parameters_build_the_budget(tmp_path: Path) -> None:
         planner_settings({"log_dir": str(tmp_path), "loop_cpus": "zero"})
     with pytest.raises(ParamError, match="'loop_priority'"):
         planner_settings({"log_dir": str(tmp_path), "loop_priority": 120})
+
+
+def test_a_run_gives_its_thread_back_unpinned(tmp_path: Path) -> None:
+    """Two runs in one thread (a sweep): the second starts with every core, not the first's."""
+    from robot_latency.planner.config import PlannerConfig
+    from robot_latency.planner.session import PlannerRun, RunConfig
+
+    before = available_cpus()
+    if len(before) < 2:
+        pytest.skip("needs two cores to pin one")
+    loop_core = min(before)
+    for i in range(2):
+        config = RunConfig(planner=PlannerConfig(), log_dir=tmp_path / str(i), runner="inline",
+                           cpu=CpuBudget(loop_cpus=(loop_core,)))
+        with PlannerRun(config, publish=lambda envelope: None) as run:
+            state = run.enter_loop_thread()
+            assert state["loop_cpus_in_effect"] == [loop_core]
+            run.close()
+        assert available_cpus() == before

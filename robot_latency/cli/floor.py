@@ -55,6 +55,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    if not Path(args.root).is_dir():
+        raise UsageError(f"--root {args.root}: not a directory")
     info = detect_jetson(Path(args.root))
     if args.json:
         emit_json(None if info is None else info.__dict__)

@@ -149,8 +149,8 @@ def test_summarize_writes_summary(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_console_script_is_installed() -> None:
     """The installed entry point runs (the same tree installs with pip and colcon)."""
     exe = Path(sys.executable).parent / "robot-latency"
-    if not exe.exists():
-        pytest.skip("robot-latency console script not installed in this environment")
+    # `make test` installs the package into the venv: a missing script is an install defect.
+    assert exe.is_file(), f"{exe}: the console script is not installed"
     proc = subprocess.run([str(exe), "specdec", "--alpha", "0.8", "-k", "4", "-c", "0.1",
                            "--json"], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONWARNINGS": "error"})

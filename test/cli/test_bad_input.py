@@ -1,0 +1,84 @@
+"""Every subcommand's bad input ends in one line naming it and exit status 2, never a traceback.
+
+The table must name every leaf command of the parser (a new command without a row fails here).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from robot_latency.cli import build_parser, main
+
+#: Commands that take no input a user could get wrong (only flags such as --json), and probe,
+#: whose one input is a cache: one it cannot read or write is a logged warning, and the fresh
+#: measurement is used (floor/probe.py, load_or_probe_host).
+NO_INPUT = {"devices", "profiles", "probe"}
+
+
+def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    """command -> (argv with a bad value, text the error must contain)."""
+    nope = str(tmp_path / "nope")
+    full, corrupt = tmp_path / "full", tmp_path / "corrupt.json"
+    return {
+        "detect": (["detect", "--root", str(corrupt)], "corrupt.json: not a directory"),
+        "model": (["model", nope + ".gguf"], "nope.gguf"),
+        "floor": (["floor", "--device", "orin-xyz", "--model", "qwen2.5-0.5b", "--json"],
+                  "orin-xyz"),
+        "specdec": (["specdec", "--alpha", "1.5", "-k", "3", "-c", "0.1"], "alpha"),
+        "predict": (["predict", "--device", "orin-nano-8gb", "--model", "qwen2.5-0.5b",
+                     "--quant", "Q4_K_M", "--engine-family", "warp", "--json"], "warp"),
+        "calibrate": (["calibrate", nope + "-run"], "nope-run"),
+        "run": (["run", "--stream", nope + ".jsonl", "--out", str(tmp_path / "r")],
+                "nope.jsonl"),
+        "sweep": (["sweep", "--stream", nope + ".jsonl", "--out", str(tmp_path / "s")],
+                  "nope.jsonl"),
+        "report": (["report", nope + "-run"], "nope-run"),
+        "summarize": (["summarize", nope + ".jsonl"], "nope.jsonl"),
+        "models build": (["models", "build", "--quants", "Q9_X", "--inflate", "",
+                          "--cache-dir", str(tmp_path / "cache")], "Q9_X"),
+        "models ladder": (["models", "ladder", nope + ".gguf"], "nope.gguf"),
+        "models synth": (["models", "synth", "--shape", "nope"], "nope"),
+        "models onnx": (["models", "onnx", "--model", nope + ".gguf",
+                         "--cache-dir", str(tmp_path / "cache")], "nope.gguf"),
+        "streams make": (["streams", "make", "--out", str(tmp_path / "bag")], "--process"),
+        "demo": (["demo", "--out", str(full)], str(full)),
+        "doctor": (["doctor", "--params-file", nope + ".yaml"], "nope.yaml"),
+    }
+
+
+def leaf_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+                  ) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from leaf_commands(sub, (*prefix, name))
+            return
+    yield " ".join(prefix)
+
+
+def test_the_table_covers_every_command(tmp_path: Path) -> None:
+    assert set(leaf_commands(build_parser())) == set(bad_argv(tmp_path)) | NO_INPUT
+
+
+def _files(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    (tmp_path / "corrupt.json").write_text("{not json")
+
+
+@pytest.mark.parametrize("command", sorted(bad_argv(Path("/x"))))
+def test_bad_input_is_one_line_and_exit_2(command: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    _files(tmp_path)
+    argv, needle = bad_argv(tmp_path)[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"robot-latency {argv[0]}: error: ") and needle in lines[0], err

@@ -80,5 +80,6 @@ sys.exit(ls.run())
             proc.wait()
     log = b"".join(out).decode(errors="replace")
     assert "configured: engine sim" in log and "active: run 1" in log, log
+    assert (run / "summary.json").is_file(), log
     summary = json.loads((run / "summary.json").read_text())
     assert summary["cycles"] == len((run / "cycles.jsonl").read_text().splitlines())

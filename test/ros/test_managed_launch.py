@@ -58,8 +58,11 @@ sys.exit(ls.run())
            "ROS_DOMAIN_ID": str(random.randint(231, 232)), "PYTHONUNBUFFERED": "1",
            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # SIGINT at its default in the launch, whatever this process inherited: a background job of a
+    # non-interactive shell ignores SIGINT, and an ignored SIGINT would reach the launch ignored.
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.extend(proc.stdout or []), daemon=True)
     reader.start()

@@ -38,6 +38,8 @@ REPLAYER_PARAMETERS = {
     "bag": "rosbag2 directory, bare .mcap or .jsonl command stream (required)",
     "topic": "command topic in the bag (default: its only std_msgs/String topic)",
     "speed": "replay speed factor (2.0: twice as fast)",
+    "min_subscribers": "listeners on the command topic to wait for before replaying (default 1: "
+                       "the planner; more when a recorder or monitor listens too)",
 }
 
 

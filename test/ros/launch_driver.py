@@ -42,6 +42,10 @@ def main() -> int:
 
     node.create_subscription(String, "/planner/plan", on_plan,
                              QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+    # Also a listener on the command topic: a replay launched with min_subscribers:=2 waits until
+    # this probe is discovered too, so its plan subscription is matched before plans flow.
+    node.create_subscription(String, "/planner/command", lambda msg: None,
+                             QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)

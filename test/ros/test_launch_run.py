@@ -114,7 +114,8 @@ def test_replay_launch_plans_the_bag_and_ends_by_itself(install_env: dict[str, s
     params = (Path(install_env["_WS"]) / "install" / "robot_latency" / "share" / "robot_latency"
               / "config" / "host.yaml")
     result, log = _launch(install_env, version, "replay.launch.py", 0,
-                          [*SIM, f"bag:={bag}", f"log_dir:={log_dir}", f"params_file:={params}"])
+                          [*SIM, f"bag:={bag}", f"log_dir:={log_dir}", f"params_file:={params}",
+                           "min_subscribers:=2"])  # the planner and this probe
     assert result["stopped_by"] == "launch", log  # the replay's end shut the launch down
     assert "3 commands sent, 0 failed" in log
     summary = _check_run(log_dir, log)

@@ -8,11 +8,10 @@ from a fit without it. ``calibrate`` fits a calibration file from run directorie
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from robot_latency.cli.common import echo, emit_json, nonneg_int
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
 from robot_latency.floor.modelinfo import profile_manual, resolve_model
@@ -21,24 +20,6 @@ from robot_latency.floor.runs import calibrate_runs
 from robot_latency.floor.target import predict_target, resolve_calibration
 
 __all__ = ["register"]
-
-
-def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-
-
-def _json(obj: Any) -> None:
-    _out(json.dumps(obj, indent=2))
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -51,44 +32,44 @@ def cmd_predict(args: argparse.Namespace) -> int:
     pred = predict_target(model, device, cal, context_tokens=args.context,
                           prompt_tokens=args.prompt_tokens)
     if args.json:
-        _json(pred.to_dict())
+        emit_json(pred.to_dict())
         return 0
     lo, hi = pred.itl_pred_interval_ms
-    _out(f"{pred.model_name} ({pred.quant or '-'}) on {pred.device_id}, "
+    echo(f"{pred.model_name} ({pred.quant or '-'}) on {pred.device_id}, "
          f"{pred.engine_family}, {pred.context_tokens} tokens of context")
-    _out(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}]  "
+    echo(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}]  "
          f"({1e3 / pred.itl_pred_ms:.1f} tok/s)")
-    _out(f"  ITL floor      {pred.itl_floor_ms:8.2f} ms/token  (bytes per step / bandwidth)")
-    _out(f"  efficiency     {pred.efficiency:8.3f}   overhead {pred.overhead_ms:.2f} ms/step")
+    echo(f"  ITL floor      {pred.itl_floor_ms:8.2f} ms/token  (bytes per step / bandwidth)")
+    echo(f"  efficiency     {pred.efficiency:8.3f}   overhead {pred.overhead_ms:.2f} ms/step")
     if pred.ttft_pred_ms is not None:
-        _out(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms  ({pred.prompt_tokens} prompt tokens; "
+        echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms  ({pred.prompt_tokens} prompt tokens; "
              f"prefill {pred.calibration['prefill']})")
-    _out(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
+    echo(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
     for note in cal.notes:
-        _out(f"  note: {note}")
+        echo(f"  note: {note}")
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
     result = validate_table(load_table(args.table) if args.table else None)
     if args.json:
-        _json(result)
+        emit_json(result)
         return 0
-    _out(f"{'row':36} {'device':20} {'published':>9} {'floor':>7} {'predicted':>9} "
+    echo(f"{'row':36} {'device':20} {'published':>9} {'floor':>7} {'predicted':>9} "
          f"{'error':>7}  fit")
     for r in result["rows"]:
         if r["predicted_ms"] is None:
-            _out(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
+            echo(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
                  f"{'-':>9} {'-':>7}  {r['reason']}")
             continue
-        _out(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
+        echo(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
              f"{r['predicted_ms']:9.2f} {100 * r['error_rel']:+6.1f}%  {r['scope']}")
     for family, f in result["by_family"].items():
         if f["predicted"]:
-            _out(f"{family:>14}: {f['predicted']} rows, median |error| "
+            echo(f"{family:>14}: {f['predicted']} rows, median |error| "
                  f"{100 * f['median_abs_error']:.1f}%, max {100 * f['max_abs_error']:.1f}%")
     med, mx = result["median_abs_error"], result["max_abs_error"]
-    _out(f"\nms/token, each row predicted from a fit without it: {result['predicted']} rows "
+    echo(f"\nms/token, each row predicted from a fit without it: {result['predicted']} rows "
          f"predicted ({result['not_predicted']} not), {result['sources']} sources; "
          f"median |error| {100 * med:.1f}%, max {100 * mx:.1f}%" if med is not None else
          "\nno row could be predicted")
@@ -102,23 +83,23 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:
         write_calibration(cal, args.out)
     if args.json:
-        _json({"calibration": cal.to_dict(), "out": str(args.out) if args.out else None,
+        emit_json({"calibration": cal.to_dict(), "out": str(args.out) if args.out else None,
                "runs": [{"run_dir": r.run_dir, "floor_ms": r.decode.floor_ms,
                          "measured_ms": r.decode.measured_ms, "itl_samples": r.itl_samples}
                         for r in runs]})
         return 0
-    _out(f"{cal.engine_family} on {cal.device_id}: efficiency {cal.efficiency:.3f}, overhead "
+    echo(f"{cal.engine_family} on {cal.device_id}: efficiency {cal.efficiency:.3f}, overhead "
          f"{cal.overhead_ms:.2f} ms/step{' (held)' if cal.overhead_fixed else ''}; "
          f"prefill compute efficiency {cal.compute_efficiency:.3f}")
-    _out(f"{'run':40} {'floor ms':>9} {'measured ms':>12} {'fitted ms':>10} {'residual':>9}")
+    echo(f"{'run':40} {'floor ms':>9} {'measured ms':>12} {'fitted ms':>10} {'residual':>9}")
     for r, res in zip(runs, cal.residuals_rel, strict=True):
         fitted = r.decode.floor_ms / cal.efficiency + cal.overhead_ms
-        _out(f"{r.run_dir[-40:]:40} {r.decode.floor_ms:9.2f} {r.decode.measured_ms:12.2f} "
+        echo(f"{r.run_dir[-40:]:40} {r.decode.floor_ms:9.2f} {r.decode.measured_ms:12.2f} "
              f"{fitted:10.2f} {100 * res:+8.1f}%")
     for note in cal.notes:
-        _out(f"note: {note}")
+        echo(f"note: {note}")
     if args.out is not None:
-        _out(f"wrote {args.out}")
+        echo(f"wrote {args.out}")
     return 0
 
 
@@ -149,8 +130,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quant", default=None,
                    help="quant of a preset (MLC q4f16 and 4-bit AWQ: Q4_0)")
     p.add_argument("--engine-family", default="llamacpp-cuda", help=f"one of: {families}")
-    p.add_argument("--context", type=_nonneg_int, default=0, help="tokens in the KV cache")
-    p.add_argument("--prompt-tokens", type=_nonneg_int, default=None,
+    p.add_argument("--context", type=nonneg_int, default=0, help="tokens in the KV cache")
+    p.add_argument("--prompt-tokens", type=nonneg_int, default=None,
                    help="also predict the TTFT of this prompt length")
     p.add_argument("--calibration", default=None, help="calibration file from 'calibrate'")
     p.add_argument("--validate", action="store_true",

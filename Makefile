@@ -44,16 +44,24 @@ COMPAT_STAMP := $(COMPAT_VENV)/.robot_latency-installed
 COMPAT_TESTS ?= test/test_install.py test/floor test/report test/streams test/engines \
 	test/models/test_onnx_export.py test/models/test_onnx_cache.py test/models/test_inflate.py \
 	test/models/test_bundled.py test/planner/test_session.py test/test_records.py
+# The Jazzy venv: the runtime (base.txt) with ROS 2 Jazzy's rclpy, std_msgs, diagnostic_msgs and
+# lifecycle_msgs wheels instead of Kilted's; the ROS tests run in it, and the launch tests use
+# Jazzy's launch/launch_ros source (../shared/vendor/ros2_launch/jazzy).
+JAZZY_VENV ?= .venv-jazzy
+JAZZY_PY := $(JAZZY_VENV)/bin/python
+JAZZY_STAMP := $(JAZZY_VENV)/.robot_latency-installed
+JAZZY_TESTS ?= test/ros test/test_rosenv.py
 # Python 3.10 is the oldest the project supports (JetPack 6): vermin checks every file for it.
 VERMIN := $(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.10-
 
-.PHONY: help install demo test lint bench clean compat jetson-resolve
+.PHONY: help install demo test lint bench clean compat jetson-resolve jazzy
 
 help:
 	@echo "make demo   run the main job on the bundled defaults (creates .venv on first use)"
 	@echo "make test   run the test suite (creates .venv on first use)"
 	@echo "make lint   ruff and the Python 3.10 check over the tree"
 	@echo "make compat the compatibility job: old pip/setuptools/numpy/matplotlib, Jetson resolve"
+	@echo "make jazzy  the ROS tests (launch included) against ROS 2 Jazzy's rclpy wheels"
 	@echo "make clean  remove .venv and build outputs"
 
 $(STAMP): $(REQS)
@@ -99,8 +107,19 @@ compat: $(COMPAT_STAMP) jetson-resolve
 jetson-resolve: $(STAMP)
 	$(PY) .ci/jetson_resolve.py requirements/jetson.txt
 
+$(JAZZY_STAMP): requirements/base.txt requirements/ros-jazzy.txt setup.py package.xml
+	@test -x $(JAZZY_PY) || $(PYTHON) -m venv $(JAZZY_VENV)
+	$(JAZZY_PY) -m pip install --quiet -r requirements/base.txt -r requirements/ros-jazzy.txt
+	$(JAZZY_PY) -m pip install --quiet --no-deps -e .
+	@touch $(JAZZY_STAMP)
+
+jazzy: $(JAZZY_STAMP)
+	$(JAZZY_PY) -c "from robot_latency.rosenv import ros_facts; f = ros_facts(); \
+		assert f.ros_distro == 'jazzy', f; print('ROS 2', f.ros_distro, 'rclpy', f.rclpy_version)"
+	$(JAZZY_PY) -m pytest -q -p no:cacheprovider $(JAZZY_TESTS)
+
 bench: $(STAMP)
 	@echo "see docs/BENCHMARKS.md for each benchmark's command"
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(COMPAT_VENV) $(JAZZY_VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -82,9 +82,9 @@ def _ament_package_xml() -> Path | None:
 def ros_facts() -> RosFacts:
     """Return the ROS distro and the rclpy version, from whichever install provides rclpy.
 
-    In order: the ament package.xml of the prefix rclpy is imported from (apt, colcon), the pip
-    wheel distribution of a distro (``ros-<distro>-rclpy``), a package.xml on AMENT_PREFIX_PATH,
-    a distribution named ``rclpy``.
+    In order: the pip wheel distribution of a distro (``ros-<distro>-rclpy``) that installed the
+    imported rclpy, the ament package.xml of the prefix rclpy is imported from (apt, colcon), a
+    package.xml on AMENT_PREFIX_PATH, a distribution named ``rclpy``.
     """
     distro = os.environ.get("ROS_DISTRO") or None
     try:
@@ -102,11 +102,13 @@ def ros_facts() -> RosFacts:
     wheel = _pip_rclpy(distro, rclpy_dir)
     if distro is None and wheel is not None:
         distro = wheel[0].split("-")[1]  # ros-<distro>-rclpy
+    # A pip wheel's own version first: Jazzy's ros-jazzy-rclpy 7.1.6 ships rclpy's package.xml
+    # of 7.1.5 (the wheel was rebuilt), and the wheel is what requirements/ pin.
+    if wheel is not None:
+        return RosFacts(distro, wheel[1], f"pip:{wheel[0]}", where)
     xml = _adjacent_package_xml(rclpy_dir)
     if xml is not None:
         return RosFacts(distro, _package_xml_version(xml), str(xml), where)
-    if wheel is not None:
-        return RosFacts(distro, wheel[1], f"pip:{wheel[0]}", where)
     xml = _ament_package_xml()
     if xml is not None:
         return RosFacts(distro, _package_xml_version(xml), str(xml), where)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -23,8 +24,9 @@ def _facts_in_child(env: dict[str, str]) -> dict[str, str | None]:
 def test_pip_wheels_here() -> None:
     facts = ros_facts()
     assert facts.rclpy_path is not None
+    # ros-<distro>-rclpy (Jazzy's wheels also install distributions named ros-rclpy and rclpy)
     wheel = next(d for d in metadata.distributions()
-                 if (d.metadata["Name"] or "").lower().endswith("-rclpy"))
+                 if re.fullmatch(r"ros-[a-z]+-rclpy", (d.metadata["Name"] or "").lower()))
     assert facts.rclpy_version == wheel.version
     distro = os.environ.get("ROS_DISTRO") or wheel.metadata["Name"].split("-")[1]
     assert facts.ros_distro == distro

@@ -1,6 +1,7 @@
 """The launch files run for real: colcon builds the package into a scratch workspace, and a
 ``LaunchService`` (what ``ros2 launch`` runs) of Humble's and of rolling's ``launch`` and
-``launch_ros`` starts planner.launch.py and replay.launch.py from its install space.
+``launch_ros`` (Jazzy's, with Jazzy's rclpy wheels) starts planner.launch.py and replay.launch.py
+from its install space.
 
 ``launch`` and ``launch_ros`` are not on any package registry reachable here; their pure-Python
 source is in ../shared/vendor/ros2_launch (see its README). Without that folder these tests skip
@@ -20,12 +21,14 @@ from pathlib import Path
 import pytest
 
 from robot_latency.records import read_records
-from robot_latency.rosenv import LOCALHOST_ENV
+from robot_latency.rosenv import LOCALHOST_ENV, ros_facts
 from robot_latency.streams import Command, write_bag
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = ROOT.parent / "shared" / "vendor" / "ros2_launch"
-VERSIONS = ("humble", "rolling")
+#: The launch sources run against this rclpy: Jazzy's with Jazzy's wheels (`make jazzy`); with
+#: Kilted's, Humble's (a Jetson's) and rolling's (the Kilted-era API).
+VERSIONS = ("jazzy",) if ros_facts().ros_distro == "jazzy" else ("humble", "rolling")
 DRIVER = Path(__file__).with_name("launch_driver.py")
 #: What colcon needs of the source tree (the package and the ament files it installs).
 SOURCES = ("setup.py", "package.xml", "resource", "launch", "config", "robot_latency")

@@ -18,13 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.rosenv import ros_facts
+
 ROOT = Path(__file__).resolve().parents[2]
 VENDORS = ROOT.parent / "shared" / "vendor" / "ros2_launch"
+#: Jazzy's launch source with Jazzy's rclpy wheels (`make jazzy`); else Humble's and rolling's.
+DISTROS = ("jazzy",) if ros_facts().ros_distro == "jazzy" else ("humble", "rolling")
 
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (VENDORS / "rolling" / "launch").is_dir():
+    if not all((VENDORS / distro / "launch").is_dir() for distro in DISTROS):
         pytest.skip(f"needs the launch/launch_ros source in {VENDORS} (outside the repository)")
     tmp = tmp_path_factory.mktemp("prefix")
     subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-base", str(tmp / "build"),
@@ -34,7 +38,7 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "p"
 
 
-@pytest.mark.parametrize("distro", ["humble", "rolling"])
+@pytest.mark.parametrize("distro", DISTROS)
 def test_managed_launch_configures_activates_and_closes_the_run(prefix: Path, tmp_path: Path,
                                                                 distro: str) -> None:
     vendor = VENDORS / distro

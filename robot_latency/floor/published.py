@@ -63,6 +63,7 @@ __all__ = [
     "row_point",
     "row_profile",
     "scale_to_file",
+    "setup_fits",
     "table_calibration",
     "validate_table",
 ]
@@ -380,6 +381,34 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
         "--calibration")
 
 
+def setup_fits(rows: Sequence[PublishedRow] | None = None) -> list[dict[str, Any]]:
+    """Return the two-term fit of every setup that covers two model sizes, with its conditions.
+
+    One entry per setup: family, device, power mode, GPU clock and date as the rows state them,
+    the fitted efficiency and per-step overhead, and each row's layer count and fit residual
+    (``measured / fitted - 1``), for asking what the overhead follows.
+    """
+    out = []
+    table = [r for r in (rows if rows is not None else load_table())
+             if not_predicted_reason(r) is None]
+    for setup, group in sorted(_by_setup(table).items()):
+        if len(group) < 2 or _sizes(group) < 2:
+            continue
+        r0 = group[0]
+        cal = calibrate_points([row_point(r) for r in group], engine_family=r0.engine_family,
+                               device_id=r0.device, scope="setup", source="published table")
+        out.append({
+            "setup": setup, "engine_family": r0.engine_family, "device": r0.device,
+            "power_mode": r0.power_mode, "gpu_mhz": r0.gpu_mhz, "date": r0.date,
+            "build": r0.build or r0.engine_version, "clocks_locked": r0.clocks_locked,
+            "rows": len(group), "efficiency": cal.efficiency, "overhead_ms": cal.overhead_ms,
+            "overhead_held_at_zero": cal.overhead_fixed,
+            "residuals": {r.id: {"n_layers": PRESETS[r.model].n_layers, "residual_rel": res}
+                          for r, res in zip(group, cal.residuals_rel, strict=True)},
+        })
+    return out
+
+
 @lru_cache(maxsize=8)
 def _loo_predictions(table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, str, str]]:
     """Each predictable row's step time predicted from a fit without it: id -> (ms, scope, note).
@@ -576,6 +605,7 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
         "past_35_percent": [r.id for r in results
                             if r.error_rel is not None and abs(r.error_rel) > OUTLIER_REL],
         "recent_llamacpp": recent_llamacpp_summary(table),
+        "setups": [{k: v for k, v in f.items() if k != "residuals"} for f in setup_fits(table)],
     }
 
 

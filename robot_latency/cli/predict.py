@@ -36,7 +36,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from_table = not args.calibration
     model_notes: tuple[str, ...] = ()
     if from_table:
-        model, model_notes = with_published_size(args.model, model)
+        model, model_notes = with_published_size(args.model, model, device_id=device.id)
     cal = resolve_calibration(args.engine_family, device, calibration=args.calibration)
     pred = predict_target(model, device, cal, context_tokens=args.context,
                           prompt_tokens=args.prompt_tokens)

@@ -254,17 +254,24 @@ def row_profile(row: PublishedRow) -> ModelProfile:
 
 
 def published_file_bytes(model_id: str, quant: str, *,
-                         rows: Sequence[PublishedRow] | None = None) -> tuple[int, str] | None:
+                         rows: Sequence[PublishedRow] | None = None,
+                         device_id: str | None = None) -> tuple[int, str] | None:
     """Return (bytes, row id) of the GGUF size a published row states for this preset and quant.
 
     Small models keep many tensors above the nominal quant (a tied output head at Q6_K/Q8_0,
     K-quant fallbacks for rows not divisible by 256), so a stated file size counts their bytes
-    better than the preset's bits per weight. Where rows disagree, the median size is used.
+    better than the preset's bits per weight. Where rows disagree, the median size is used; the
+    rows on ``device_id`` are preferred where there are some (only to name the row).
     """
     key, q = model_id.strip().lower(), quant.strip().upper()
-    found = sorted((r.file_bytes, r.id) for r in (rows if rows is not None else load_table())
+    found = sorted((r.device != device_id, r.file_bytes, r.id)
+                   for r in (rows if rows is not None else load_table())
                    if r.model == key and r.quant.upper() == q and r.file_bytes is not None)
-    return found[len(found) // 2] if found else None
+    if not found:
+        return None
+    same = [f for f in found if not f[0]] or found
+    size, row_id = sorted(f[1:] for f in same)[len(same) // 2]
+    return size, row_id
 
 
 def scale_to_file(model: ModelProfile, file_bytes: int) -> ModelProfile:

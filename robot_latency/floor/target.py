@@ -159,7 +159,8 @@ class PublishedPrediction:
         return out
 
 
-def with_published_size(spec: str, model: ModelProfile) -> tuple[ModelProfile, tuple[str, ...]]:
+def with_published_size(spec: str, model: ModelProfile, *,
+                        device_id: str | None = None) -> tuple[ModelProfile, tuple[str, ...]]:
     """Return a preset's profile scaled to the GGUF size a published row states, with a note.
 
     Only a preset (``model.source == "preset"``) is scaled, and only where the table states the
@@ -167,7 +168,7 @@ def with_published_size(spec: str, model: ModelProfile) -> tuple[ModelProfile, t
     """
     if model.source != "preset" or not model.quant:
         return model, ()
-    stated = published_file_bytes(spec, model.quant)
+    stated = published_file_bytes(spec, model.quant, device_id=device_id)
     if stated is None:
         return model, ()
     return scale_to_file(model, stated[0]), (
@@ -199,7 +200,7 @@ def predict_with_interval(device: str | HardwareProfile, engine_family: str,
     prof = resolve_model(model, quant=quant) if isinstance(model, str) else model
     notes: tuple[str, ...] = ()
     if isinstance(model, str):
-        prof, notes = with_published_size(model, prof)
+        prof, notes = with_published_size(model, prof, device_id=dev.id)
     cal = table_calibration(engine_family, dev.id)
     pred = predict_target(prof, dev, cal, context_tokens=context_tokens)
     near = nearest_rows(cal.engine_family, dev.id, prof.weight_bytes_per_step,

@@ -356,24 +356,20 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
         setup = max(groups.values(), key=_setup_rank)[0].setup
     same = groups.get(setup or "", [])
     if len(same) >= 2 and _sizes(same) >= 2:
-        cal = calibrate_points([row_point(r) for r in same], engine_family=family,
-                               device_id=device_id, scope="setup", source=source,
-                               notes=(f"setup: {setup}",))
-        return cal
+        return calibrate_points([row_point(r) for r in same], engine_family=family,
+                                device_id=device_id, scope="setup", source=source,
+                                notes=(f"setup: {setup}",))
     others = [r for r in mine if r.setup != setup]
     overheads = _setup_overheads(others, family)
     if same and overheads:
-        held = statistics.median(overheads)
-        cal = calibrate_points([row_point(r) for r in same], engine_family=family,
-                               device_id=device_id, scope="setup", source=source,
-                               fixed_overhead_ms=held, quiet=True,
-                               notes=(f"setup: {setup}", "overhead held at the median of the "
-                                      f"family's {len(overheads)} other setups"))
-        return cal
+        return calibrate_points([row_point(r) for r in same], engine_family=family,
+                                device_id=device_id, scope="setup", source=source,
+                                fixed_overhead_ms=statistics.median(overheads), quiet=True,
+                                notes=(f"setup: {setup}", "overhead held at the median of the "
+                                       f"family's {len(overheads)} other setups"))
     if len(here) >= 2 and _sizes(here) >= 2:
-        cal = calibrate_points([row_point(r) for r in here], engine_family=family,
-                               device_id=device_id, scope="device", source=source)
-        return cal
+        return calibrate_points([row_point(r) for r in here], engine_family=family,
+                                device_id=device_id, scope="device", source=source)
     if len(mine) >= 2 and _sizes(mine) >= 2:
         devices = sorted({r.device for r in mine})
         return calibrate_points(
@@ -420,8 +416,8 @@ def setup_fits(rows: Sequence[PublishedRow] | None = None) -> list[dict[str, Any
 def _loo_predictions(table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, str, str]]:
     """Each predictable row's step time predicted from a fit without it: id -> (ms, scope, note).
 
-    Rows whose family has no fit left without them are absent (their reason is in
-    ``_loo_failures``).
+    Rows whose family has no fit left without them are absent (``validate_table`` gives the
+    reason).
     """
     out: dict[str, tuple[float, str, str]] = {}
     for row in table:

@@ -15,9 +15,14 @@ from robot_latency.cli.common import echo, emit_json, nonneg_int
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
 from robot_latency.floor.modelinfo import profile_manual, resolve_model
-from robot_latency.floor.published import load_table, validate_table
+from robot_latency.floor.published import (
+    INTERVAL_COVERAGE,
+    load_table,
+    nearest_rows,
+    validate_table,
+)
 from robot_latency.floor.runs import calibrate_runs
-from robot_latency.floor.target import predict_target, resolve_calibration
+from robot_latency.floor.target import predict_target, resolve_calibration, with_published_size
 
 __all__ = ["register"]
 
@@ -28,16 +33,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _validate(args)
     device = get_device(args.device)
     model = resolve_model(args.model, quant=args.quant)
+    from_table = not args.calibration
+    model_notes: tuple[str, ...] = ()
+    if from_table:
+        model, model_notes = with_published_size(args.model, model, device_id=device.id)
     cal = resolve_calibration(args.engine_family, device, calibration=args.calibration)
     pred = predict_target(model, device, cal, context_tokens=args.context,
                           prompt_tokens=args.prompt_tokens)
+    near = (nearest_rows(cal.engine_family, device.id, model.weight_bytes_per_step)
+            if from_table else [])
     if args.json:
-        emit_json(pred.to_dict())
+        out = pred.to_dict()
+        out["interval_coverage"] = INTERVAL_COVERAGE if from_table else None
+        out["nearest_rows"] = [r.to_dict() for r in near]
+        out["model_notes"] = list(model_notes)
+        emit_json(out)
         return 0
     lo, hi = pred.itl_pred_interval_ms
     echo(f"{pred.model_name} ({pred.quant or '-'}) on {pred.device_id}, "
          f"{pred.engine_family}, {pred.context_tokens} tokens of context")
-    echo(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}]  "
+    span = (f"{100 * INTERVAL_COVERAGE:.0f}% interval, from the family's leave-one-out errors"
+            if from_table else "interval from the calibration's own points")
+    echo(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}] {span}  "
          f"({1e3 / pred.itl_pred_ms:.1f} tok/s)")
     echo(f"  ITL floor      {pred.itl_floor_ms:8.2f} ms/token  (bytes per step / bandwidth)")
     echo(f"  efficiency     {pred.efficiency:8.3f}   overhead {pred.overhead_ms:.2f} ms/step")
@@ -45,8 +62,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms  ({pred.prompt_tokens} prompt tokens; "
              f"prefill {pred.calibration['prefill']})")
     echo(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
-    for note in cal.notes:
+    for note in (*model_notes, *cal.notes):
         echo(f"  note: {note}")
+    if near:
+        where = "this device" if near[0].device == device.id else "other devices (none here)"
+        echo(f"  published rows it leans on ({where}, nearest in bytes per step):")
+        for r in near:
+            echo(f"    {r.id:34} {r.model} {r.quant:7} {r.published_itl_ms:7.2f} ms "
+                 f"({r.published_tok_s:.1f} tok/s), floor {r.floor_ms:.2f} ms, "
+                 f"{r.power_mode or 'mode not stated'}, {r.date or 'date not stated'}")
+            echo(f"      {r.url}")
     return 0
 
 
@@ -55,19 +80,27 @@ def _validate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
         return 0
-    echo(f"{'row':36} {'device':20} {'published':>9} {'floor':>7} {'predicted':>9} "
-         f"{'error':>7}  fit")
+    echo(f"{'row':44} {'device':24} {'published':>9} {'floor':>7} {'predicted':>9} "
+         f"{'error':>7} {'80% interval':>17} in  fit")
     for r in result["rows"]:
         if r["predicted_ms"] is None:
-            echo(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
-                 f"{'-':>9} {'-':>7}  {r['reason']}")
+            floor = "-" if r["floor_ms"] is None else f"{r['floor_ms']:.2f}"
+            echo(f"{r['id']:44} {r['device']:24} {r['measured_ms']:9.2f} {floor:>7} "
+                 f"{'-':>9} {'-':>7} {'-':>17} -   not predicted: {r['reason']}")
             continue
-        echo(f"{r['id']:36} {r['device']:20} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
-             f"{r['predicted_ms']:9.2f} {100 * r['error_rel']:+6.1f}%  {r['scope']}")
+        lo, hi = r["interval_ms"]
+        echo(f"{r['id']:44} {r['device']:24} {r['measured_ms']:9.2f} {r['floor_ms']:7.2f} "
+             f"{r['predicted_ms']:9.2f} {100 * r['error_rel']:+6.1f}% "
+             f"{f'[{lo:.1f}, {hi:.1f}]':>17} {'y' if r['inside_interval'] else 'n':2}  "
+             f"{r['scope']}")
     for family, f in result["by_family"].items():
         if f["predicted"]:
             echo(f"{family:>14}: {f['predicted']} rows, median |error| "
-                 f"{100 * f['median_abs_error']:.1f}%, max {100 * f['max_abs_error']:.1f}%")
+                 f"{100 * f['median_abs_error']:.1f}%, max {100 * f['max_abs_error']:.1f}%, "
+                 f"{f['inside_80']}/{f['predicted']} inside their 80% interval")
+    for r in result["rows"]:
+        if r["notes"]:
+            echo(f"past 35%: {r['id']} ({100 * r['error_rel']:+.1f}%): {r['notes']}")
     med, mx = result["median_abs_error"], result["max_abs_error"]
     echo(f"\nms/token, each row predicted from a fit without it: {result['predicted']} rows "
          f"predicted ({result['not_predicted']} not), {result['sources']} sources; "

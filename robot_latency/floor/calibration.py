@@ -171,8 +171,11 @@ def _interval(floors_ms: Sequence[float], measured_ms: Sequence[float],
 def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, device_id: str,
                      scope: str, source: str, fixed_overhead_ms: float | None = None,
                      prefill: Sequence[PrefillPoint] = (),
-                     notes: Sequence[str] = ()) -> Calibration:
+                     notes: Sequence[str] = (), quiet: bool = False) -> Calibration:
     """Fit a calibration from decode points (and prefill points, where there are some).
+
+    ``quiet`` keeps a held overhead out of the log (it is still in the notes): the published
+    table's leave-one-out fits hold it by design.
 
     Raises:
         CalibrationError: no points, or a single model size without ``fixed_overhead_ms``.
@@ -187,7 +190,7 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
     if fixed_overhead_ms is not None:
         msg = (f"one model size: overhead held at {fixed_overhead_ms:g} ms, efficiency fitted "
                "alone")
-        logger.warning("%s (%s on %s)", msg, family, device_id)
+        (logger.debug if quiet else logger.warning)("%s (%s on %s)", msg, family, device_id)
         all_notes.append(msg)
     ce, p_overhead, p_cal = DEFAULT_COMPUTE_EFFICIENCY, fit.overhead_ms, False
     if prefill:

@@ -249,6 +249,35 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         family="orin-nano",
     ),
     HardwareProfile(
+        id="orin-nano-8gb-7w",
+        name="Jetson Orin Nano 8GB (7W)",
+        bandwidth_gbps=68.0,
+        memory_bytes=8 * _GB,
+        fp16_tflops=6.7,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="7W",
+        source=(f"{_NANO_DS}; GPU clock ~408 MHz as published for this mode (docs/REFERENCE.md, "
+                "Sources of recent Jetson decode figures); FP16 TFLOPS derived here as 32 tensor "
+                "cores x 408 MHz x 512 FLOP, no TPC assumed gated"),
+        notes="EMC at 2133 MHz; the lowest GPU and CPU clocks of the module",
+        family="orin-nano",
+    ),
+    HardwareProfile(
+        id="orin-nano-8gb-super-25w",
+        name="Jetson Orin Nano 8GB Super (25W)",
+        bandwidth_gbps=102.0,
+        memory_bytes=8 * _GB,
+        fp16_tflops=13.4,
+        flops_derived=True,
+        cpu_cores=6,
+        power_mode="25W",
+        source=(f"{_NANO_DS}; {_SUPER}; GPU clock ~820 MHz as published for this mode; FP16 "
+                "TFLOPS derived here as 32 tensor cores x 820 MHz x 512 FLOP"),
+        notes="EMC at 3199 MHz as in MAXN_SUPER; lower GPU and CPU clocks",
+        family="orin-nano",
+    ),
+    HardwareProfile(
         id="orin-nano-4gb",
         name="Jetson Orin Nano 4GB (10W)",
         bandwidth_gbps=34.0,

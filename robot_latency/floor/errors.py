@@ -35,3 +35,7 @@ class CalibrationError(FloorError):
 
 class TableError(FloorError):
     """The published-measurement table is malformed (the message names the row and field)."""
+
+
+class UnsupportedArchitectureError(ModelInfoError):
+    """An architecture the floor cannot count (hybrid state-space, mixture-of-experts)."""

@@ -66,9 +66,10 @@ _MODE_PROFILES: dict[str, dict[str, str]] = {
     "orin-agx-64gb": {"15W": "orin-agx-64gb-15w"},
     "orin-nx-16gb": {"10W": "orin-nx-16gb-10w", "MAXN_SUPER": "orin-nx-16gb-super"},
     "orin-nx-8gb": {"MAXN_SUPER": "orin-nx-8gb-super"},
-    # 25W exists only in the Super conf, which runs EMC at full speed (102 GB/s): the Super
-    # profile has the right bandwidth (its FLOP/s are MAXN_SUPER's, ~10% above 25W's clocks).
-    "orin-nano-8gb": {"MAXN_SUPER": "orin-nano-8gb-super", "25W": "orin-nano-8gb-super"},
+    # 25W exists only in the Super conf, which runs EMC at full speed (102 GB/s) at lower GPU
+    # clocks than MAXN_SUPER; 7W runs the lowest clocks (EMC 2133 MHz, 68 GB/s).
+    "orin-nano-8gb": {"MAXN_SUPER": "orin-nano-8gb-super", "25W": "orin-nano-8gb-super-25w",
+                      "7W": "orin-nano-8gb-7w"},
     "orin-nano-4gb": {"MAXN_SUPER": "orin-nano-4gb-super"},
 }
 

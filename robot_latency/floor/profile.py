@@ -152,7 +152,7 @@ class TensorInfo:
     n_bytes: int
 
 
-_SOURCES = ("gguf", "preset", "manual")
+_SOURCES = ("gguf", "preset", "manual", "config.json")
 
 
 @dataclass(frozen=True)

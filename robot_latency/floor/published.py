@@ -3,17 +3,27 @@
 ``robot_latency/data/published_decode.yaml`` holds one row per published figure (module, power
 mode, model, quant, engine and version, tok/s, lengths, source address). Each row becomes a
 :class:`~robot_latency.floor.calibration.DecodePoint`: its measured step time (1000 / tok/s) next
-to the bandwidth floor of that model on that device. A calibration for (engine family, device) is
-fitted from the rows of that family on that device when they cover two model sizes, else from the
-family's rows on every device (scope ``family``); ``validate`` predicts every row from a fit
-without it (leave-one-out).
+to the bandwidth floor of that model on that device.
+
+Where the data supports it, the per-step overhead differs by device and by engine build: rows
+that share a *setup* (one source's engine build on one device in one power mode) are fitted
+together (scope ``setup``); a device without such a setup borrows the rows of the family on that
+device (scope ``device``), and a device without rows the family's rows on every device (scope
+``family``). ``validate_table`` predicts every row from a fit without it (leave-one-out) and
+states each row's 80% interval from the leave-one-out residuals of the *other* rows of its
+family; ``family_interval`` gives the same interval to predictions.
+
+A row whose model the floor cannot count (hybrid state-space, mixture-of-experts) or whose figure
+is not a pure decode rate (output tokens per second with the prefill inside it) is listed as not
+predicted, with the reason.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -22,6 +32,7 @@ from typing import Any
 import yaml
 
 from robot_latency.floor.calibration import (
+    DEFAULT_SPREAD_REL,
     Calibration,
     DecodePoint,
     calibrate_points,
@@ -30,27 +41,68 @@ from robot_latency.floor.calibration import (
 from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import CalibrationError, FloorError, TableError
 from robot_latency.floor.fit import distinct_sizes
-from robot_latency.floor.modelinfo import PRESETS, profile_from_preset, quant_bpw
+from robot_latency.floor.modelinfo import PRESETS, ModelProfile, profile_from_preset, quant_bpw
 from robot_latency.floor.predict import predict_floor
+from robot_latency.floor.shapes import REFUSED_MODELS, refusal_reason
 
 __all__ = [
+    "INTERVAL_COVERAGE",
+    "METRICS",
+    "OPTIONAL_ROW_FIELDS",
     "ROW_FIELDS",
+    "NearRow",
     "PublishedRow",
     "ValidationResult",
     "default_table_path",
+    "family_interval",
     "load_table",
+    "nearest_rows",
+    "not_predicted_reason",
+    "published_file_bytes",
+    "recent_llamacpp_summary",
     "row_point",
+    "row_profile",
+    "scale_to_file",
+    "setup_fits",
     "table_calibration",
     "validate_table",
 ]
+
+#: The share of rows the stated interval is meant to hold (an 80% interval).
+INTERVAL_COVERAGE = 0.8
+
+#: A leave-one-out error past this is reported with the row's notes (which must explain it).
+OUTLIER_REL = 0.35
+
+#: What a row's figure measures. Only ``decode`` rows are predicted: the others carry a prefill.
+METRICS: dict[str, str] = {
+    "decode": "decode tokens per second (or ITL) at batch 1",
+    "output_tok_s_with_prefill": ("output tokens per second over a whole request: the prefill "
+                                  "of the input is inside the figure"),
+}
 
 #: Every row's fields and the types they may take (None: the source does not say).
 ROW_FIELDS: dict[str, tuple[type, ...]] = {
     "id": (str,), "source": (str,), "url": (str,), "module": (str,),
     "power_mode": (str, type(None)), "device": (str,), "model": (str,),
     "model_reported": (str,), "quant_reported": (str,), "quant": (str,), "engine": (str,),
-    "engine_family": (str,), "engine_version": (str, type(None)), "tok_s": (int, float),
+    "engine_family": (str,), "engine_version": (str, type(None)),
+    "tok_s": (int, float, type(None)),
     "prompt_tokens": (int, type(None)), "gen_tokens": (int, type(None)), "notes": (str,),
+}
+
+_NONE = type(None)
+#: Fields a row may leave out, with their types and defaults. ``itl_ms`` replaces ``tok_s`` where
+#: the source prints a step time; ``file_bytes`` (the GGUF size the source states) scales the
+#: bytes the shape preset counts, since small models keep many tensors above the nominal quant.
+OPTIONAL_ROW_FIELDS: dict[str, tuple[tuple[type, ...], Any]] = {
+    "itl_ms": ((int, float, _NONE), None),
+    "file_bytes": ((int, _NONE), None),
+    "build": ((str, _NONE), None),
+    "date": ((str, _NONE), None),
+    "clocks_locked": ((bool, _NONE), None),
+    "gpu_mhz": ((int, float, _NONE), None),
+    "metric": ((str,), "decode"),
 }
 
 
@@ -75,11 +127,25 @@ class PublishedRow:
     prompt_tokens: int | None
     gen_tokens: int | None
     notes: str
+    published_itl_ms: float | None = None
+    file_bytes: int | None = None
+    build: str | None = None
+    date: str | None = None
+    clocks_locked: bool | None = None
+    gpu_mhz: float | None = None
+    metric: str = "decode"
 
     @property
     def itl_ms(self) -> float:
-        """The published rate as a step time (ms per token)."""
+        """The published figure as a step time (ms per token)."""
+        if self.published_itl_ms is not None:
+            return self.published_itl_ms
         return 1e3 / self.tok_s
+
+    @property
+    def setup(self) -> str:
+        """One source's engine build on one device in one power mode: what shares an overhead."""
+        return f"{self.source} | {self.device} | {self.power_mode or 'mode not stated'}"
 
     @property
     def context_tokens(self) -> int:
@@ -99,27 +165,44 @@ def _check_row(path: Path, i: int, raw: Any) -> PublishedRow:
     if isinstance(raw.get("id"), str):
         where = f"{path}: row {raw['id']!r}"
     missing = [k for k in ROW_FIELDS if k not in raw]
-    extra = [k for k in raw if k not in ROW_FIELDS]
+    extra = [k for k in raw if k not in ROW_FIELDS and k not in OPTIONAL_ROW_FIELDS]
     if missing or extra:
         raise TableError(f"{where}: missing fields {missing}, unknown fields {extra}")
-    for key, kinds in ROW_FIELDS.items():
-        value = raw[key]
-        if isinstance(value, bool) or not isinstance(value, kinds):
+    opt = {k: raw.get(k, default) for k, (_, default) in OPTIONAL_ROW_FIELDS.items()}
+    kinds_of = {**ROW_FIELDS, **{k: kinds for k, (kinds, _) in OPTIONAL_ROW_FIELDS.items()}}
+    for key, kinds in kinds_of.items():
+        value = raw[key] if key in ROW_FIELDS else opt[key]
+        if isinstance(value, bool) and bool not in kinds:
+            raise TableError(f"{where}: field {key!r} has type bool")
+        if not isinstance(value, kinds):
             raise TableError(f"{where}: field {key!r} has type {type(value).__name__}")
-    if not raw["tok_s"] > 0:
-        raise TableError(f"{where}: tok_s must be > 0, got {raw['tok_s']!r}")
+    rate, itl = raw["tok_s"], opt["itl_ms"]
+    if (rate is None) == (itl is None):
+        raise TableError(f"{where}: give exactly one of tok_s and itl_ms")
+    for key, value in (("tok_s", rate), ("itl_ms", itl), ("file_bytes", opt["file_bytes"])):
+        if value is not None and not value > 0:
+            raise TableError(f"{where}: {key} must be > 0, got {value!r}")
+    if opt["metric"] not in METRICS:
+        raise TableError(f"{where}: unknown metric {opt['metric']!r}; known: "
+                         f"{', '.join(METRICS)}")
     if not raw["url"].startswith("https://"):
         raise TableError(f"{where}: url must be an https address, got {raw['url']!r}")
     if raw["device"] not in DEVICES:
         raise TableError(f"{where}: unknown device {raw['device']!r}")
-    if raw["model"] not in PRESETS:
+    if raw["model"] not in PRESETS and raw["model"] not in REFUSED_MODELS:
         raise TableError(f"{where}: unknown model preset {raw['model']!r}")
     try:
         check_engine_family(raw["engine_family"])
         quant_bpw(raw["quant"])
     except FloorError as err:
         raise TableError(f"{where}: {err}") from err
-    return PublishedRow(**{**raw, "tok_s": float(raw["tok_s"])})
+    fields = {k: v for k, v in raw.items() if k in ROW_FIELDS}
+    fields["tok_s"] = float(rate) if rate is not None else 1e3 / float(itl)
+    return PublishedRow(
+        **fields, published_itl_ms=None if itl is None else float(itl),
+        file_bytes=opt["file_bytes"], build=opt["build"], date=opt["date"],
+        clocks_locked=opt["clocks_locked"],
+        gpu_mhz=None if opt["gpu_mhz"] is None else float(opt["gpu_mhz"]), metric=opt["metric"])
 
 
 def load_table(path: str | Path | None = None) -> list[PublishedRow]:
@@ -151,38 +234,147 @@ def _load_cached(path: str) -> tuple[PublishedRow, ...]:
     return tuple(rows)
 
 
-def row_point(row: PublishedRow) -> DecodePoint:
-    """Return the row as a decode point: its step time next to its bandwidth floor."""
+def not_predicted_reason(row: PublishedRow) -> str | None:
+    """Return why ``row`` is not predicted (a model the floor refuses, a metric that is not pure
+    decode), or None when it is."""
+    reasons = []
+    refused = refusal_reason(row.model)
+    if refused is not None:
+        reasons.append(f"the floor cannot count {refused}")
+    if row.metric != "decode":
+        reasons.append(f"the figure is {METRICS[row.metric]}")
+    return "; ".join(reasons) or None
+
+
+def row_profile(row: PublishedRow) -> ModelProfile:
+    """Return the bytes the row's model reads: its shape preset at the row's quant, scaled to the
+    file size the source states where it states one."""
     model = profile_from_preset(row.model, quant=row.quant)
-    floor = predict_floor(model, DEVICES[row.device], context_tokens=row.context_tokens)
+    return model if row.file_bytes is None else scale_to_file(model, row.file_bytes)
+
+
+def published_file_bytes(model_id: str, quant: str, *,
+                         rows: Sequence[PublishedRow] | None = None,
+                         device_id: str | None = None) -> tuple[int, str] | None:
+    """Return (bytes, row id) of the GGUF size a published row states for this preset and quant.
+
+    Small models keep many tensors above the nominal quant (a tied output head at Q6_K/Q8_0,
+    K-quant fallbacks for rows not divisible by 256), so a stated file size counts their bytes
+    better than the preset's bits per weight. Where rows disagree, the median size is used; the
+    rows on ``device_id`` are preferred where there are some (only to name the row).
+    """
+    key, q = model_id.strip().lower(), quant.strip().upper()
+    found = sorted((r.device != device_id, r.file_bytes, r.id)
+                   for r in (rows if rows is not None else load_table())
+                   if r.model == key and r.quant.upper() == q and r.file_bytes is not None)
+    if not found:
+        return None
+    same = [f for f in found if not f[0]] or found
+    size, row_id = sorted(f[1:] for f in same)[len(same) // 2]
+    return size, row_id
+
+
+def scale_to_file(model: ModelProfile, file_bytes: int) -> ModelProfile:
+    """Return ``model`` with its weight bytes scaled to a file of ``file_bytes``."""
+    scale = file_bytes / model.weight_bytes_total
+    return replace(model, weight_bytes_total=file_bytes,
+                   weight_bytes_per_step=round(model.weight_bytes_per_step * scale))
+
+
+def row_point(row: PublishedRow) -> DecodePoint:
+    """Return the row as a decode point: its step time next to its bandwidth floor.
+
+    Raises:
+        UnsupportedArchitectureError: the row's model is one the floor refuses.
+    """
+    floor = predict_floor(row_profile(row), DEVICES[row.device],
+                          context_tokens=row.context_tokens)
     return DecodePoint(label=row.id, device_id=row.device, model=row.model,
                        floor_ms=floor.itl_floor_ms, measured_ms=row.itl_ms)
 
 
+def _sizes(rows: Sequence[PublishedRow]) -> int:
+    return distinct_sizes([row_point(r).floor_ms for r in rows]) if rows else 0
+
+
+def _setup_rank(rows: Sequence[PublishedRow]) -> tuple[bool, bool, str, int]:
+    """Best-documented first: clocks locked, power mode stated, newest date, most rows."""
+    r = rows[0]
+    return (r.clocks_locked is True, r.power_mode is not None, r.date or "", len(rows))
+
+
+def _by_setup(rows: Sequence[PublishedRow]) -> dict[str, list[PublishedRow]]:
+    groups: dict[str, list[PublishedRow]] = {}
+    for r in rows:
+        groups.setdefault(r.setup, []).append(r)
+    return groups
+
+
+def _setup_overheads(rows: Sequence[PublishedRow], family: str) -> list[float]:
+    """Fitted overheads of the family's setups that cover two model sizes."""
+    out = []
+    for group in _by_setup(rows).values():
+        if len(group) >= 2 and _sizes(group) >= 2:
+            cal = calibrate_points([row_point(r) for r in group], engine_family=family,
+                                   device_id=group[0].device, scope="setup", source="")
+            out.append(cal.overhead_ms)
+    return out
+
+
 def table_calibration(engine_family: str, device_id: str, *,
                       rows: Sequence[PublishedRow] | None = None,
-                      exclude: str | None = None) -> Calibration:
+                      exclude: str | None = None, setup: str | None = None) -> Calibration:
     """Fit the calibration of ``engine_family`` on ``device_id`` from the table's rows.
 
-    The rows of that family on that device are used when they cover two model sizes; otherwise
-    all the family's rows (scope ``family``).
+    The ladder, most specific first: the rows of ``setup`` (or, when none is named, of the
+    best-documented setup on the device: clocks locked, power mode stated, newest build) when
+    they cover two model sizes (scope ``setup``); one size of that setup with the overhead held
+    at the median of the family's other setups (scope ``setup``, noted); every row of the family
+    on the device (``device``); every row of the family (``family``). Rows the floor cannot
+    predict (``not_predicted_reason``) are never used. The interval is the family's
+    (``family_interval``).
 
     Raises:
         CalibrationError: the family has too few rows in the table to fit (naming the family and
             the families that do have rows).
     """
     family = check_engine_family(engine_family)
-    table = [r for r in (rows if rows is not None else load_table()) if r.id != exclude]
-    mine = [row_point(r) for r in table if r.engine_family == family]
-    here = [p for p in mine if p.device_id == device_id]
+    table = list(rows if rows is not None else load_table())
+    cal = _ladder(family, device_id, table, exclude=exclude, setup=setup)
+    return replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
+
+
+def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclude: str | None,
+            setup: str | None) -> Calibration:
+    """The fit of ``table_calibration``, without its interval."""
+    table = [r for r in rows if r.id != exclude]
+    mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
+    here = [r for r in mine if r.device == device_id]
     source = "published table"
-    if len(here) >= 2 and distinct_sizes([p.floor_ms for p in here]) >= 2:
-        return calibrate_points(here, engine_family=family, device_id=device_id,
-                                scope="device", source=source)
-    if len(mine) >= 2 and distinct_sizes([p.floor_ms for p in mine]) >= 2:
-        devices = sorted({p.device_id for p in mine})
+    groups = _by_setup(here)
+    if setup is None and groups:
+        setup = max(groups.values(), key=_setup_rank)[0].setup
+    same = groups.get(setup or "", [])
+    if len(same) >= 2 and _sizes(same) >= 2:
+        return calibrate_points([row_point(r) for r in same], engine_family=family,
+                                device_id=device_id, scope="setup", source=source,
+                                notes=(f"setup: {setup}",))
+    others = [r for r in mine if r.setup != setup]
+    overheads = _setup_overheads(others, family)
+    if same and overheads:
+        return calibrate_points([row_point(r) for r in same], engine_family=family,
+                                device_id=device_id, scope="setup", source=source,
+                                fixed_overhead_ms=statistics.median(overheads), quiet=True,
+                                notes=(f"setup: {setup}", "overhead held at the median of the "
+                                       f"family's {len(overheads)} other setups"))
+    if len(here) >= 2 and _sizes(here) >= 2:
+        return calibrate_points([row_point(r) for r in here], engine_family=family,
+                                device_id=device_id, scope="device", source=source)
+    if len(mine) >= 2 and _sizes(mine) >= 2:
+        devices = sorted({r.device for r in mine})
         return calibrate_points(
-            mine, engine_family=family, device_id=device_id, scope="family", source=source,
+            [row_point(r) for r in mine], engine_family=family, device_id=device_id,
+            scope="family", source=source,
             notes=(f"no two model sizes of {family} on {device_id} in the table: fitted on "
                    f"{', '.join(devices)} (overhead assumed to carry over)",))
     have = sorted({r.engine_family for r in table})
@@ -190,6 +382,129 @@ def table_calibration(engine_family: str, device_id: str, *,
         f"the published table has too few {family} rows to fit a calibration (families with "
         f"rows: {', '.join(have)}); calibrate from runs (robot-latency calibrate) and pass "
         "--calibration")
+
+
+def setup_fits(rows: Sequence[PublishedRow] | None = None) -> list[dict[str, Any]]:
+    """Return the two-term fit of every setup that covers two model sizes, with its conditions.
+
+    One entry per setup: family, device, power mode, GPU clock and date as the rows state them,
+    the fitted efficiency and per-step overhead, and each row's layer count and fit residual
+    (``measured / fitted - 1``), for asking what the overhead follows.
+    """
+    out = []
+    table = [r for r in (rows if rows is not None else load_table())
+             if not_predicted_reason(r) is None]
+    for setup, group in sorted(_by_setup(table).items()):
+        if len(group) < 2 or _sizes(group) < 2:
+            continue
+        r0 = group[0]
+        cal = calibrate_points([row_point(r) for r in group], engine_family=r0.engine_family,
+                               device_id=r0.device, scope="setup", source="published table")
+        out.append({
+            "setup": setup, "engine_family": r0.engine_family, "device": r0.device,
+            "power_mode": r0.power_mode, "gpu_mhz": r0.gpu_mhz, "date": r0.date,
+            "build": r0.build or r0.engine_version, "clocks_locked": r0.clocks_locked,
+            "rows": len(group), "efficiency": cal.efficiency, "overhead_ms": cal.overhead_ms,
+            "overhead_held_at_zero": cal.overhead_fixed,
+            "residuals": {r.id: {"n_layers": PRESETS[r.model].n_layers, "residual_rel": res}
+                          for r, res in zip(group, cal.residuals_rel, strict=True)},
+        })
+    return out
+
+
+@lru_cache(maxsize=8)
+def _loo_predictions(table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, str, str]]:
+    """Each predictable row's step time predicted from a fit without it: id -> (ms, scope, note).
+
+    Rows whose family has no fit left without them are absent (``validate_table`` gives the
+    reason).
+    """
+    out: dict[str, tuple[float, str, str]] = {}
+    for row in table:
+        if not_predicted_reason(row) is not None:
+            continue
+        try:
+            cal = _loo_calibration(row, table)
+        except CalibrationError:
+            continue
+        pred = row_point(row).floor_ms / cal.efficiency + cal.overhead_ms
+        out[row.id] = (pred, cal.scope, "; ".join(cal.notes))
+    return out
+
+
+def _loo_calibration(row: PublishedRow, table: Sequence[PublishedRow]) -> Calibration:
+    # without the interval, which is built from these very predictions
+    return _ladder(row.engine_family, row.device, table, exclude=row.id, setup=row.setup)
+
+
+def family_interval(engine_family: str, *, rows: Sequence[PublishedRow] | None = None,
+                    exclude: str | None = None) -> tuple[float, float]:
+    """Return the family's 80% interval as (lo, hi) relative bounds on a prediction.
+
+    The bounds are order statistics of ``measured / predicted - 1`` over the family's rows, each
+    predicted from a fit without it (leave-one-out), ``exclude`` left out: the
+    ``ceil(0.9 (n + 1))``-th largest and ``floor(0.1 (n + 1))``-th smallest (a split-conformal
+    interval; the extreme residual where n is too small). Fewer than three residuals give the
+    default spread.
+    """
+    family = check_engine_family(engine_family)
+    table = tuple(rows if rows is not None else load_table())
+    preds = _loo_predictions(table)
+    res = sorted(row.itl_ms / preds[row.id][0] - 1.0 for row in table
+                 if row.engine_family == family and row.id != exclude and row.id in preds)
+    if len(res) < 3:
+        return (-DEFAULT_SPREAD_REL, DEFAULT_SPREAD_REL)
+    n, tail = len(res), (1.0 - INTERVAL_COVERAGE) / 2
+    k_lo = max(1, math.floor(tail * (n + 1)))
+    k_hi = min(n, math.ceil((1.0 - tail) * (n + 1)))
+    return (min(0.0, res[k_lo - 1]), max(0.0, res[k_hi - 1]))
+
+
+@dataclass(frozen=True)
+class NearRow:
+    """A published row a prediction leans on: same family, same device, nearest size."""
+
+    id: str
+    device: str
+    model: str
+    quant: str
+    published_itl_ms: float
+    published_tok_s: float
+    floor_ms: float
+    weight_bytes_per_step: int
+    power_mode: str | None
+    date: str | None
+    source: str
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return asdict(self)
+
+
+def nearest_rows(engine_family: str, device_id: str, weight_bytes_per_step: int, *,
+                 rows: Sequence[PublishedRow] | None = None, limit: int = 3) -> list[NearRow]:
+    """Return the family's predictable rows on ``device_id`` nearest in bytes per step.
+
+    Nearest is by ``|log(row bytes / model bytes)|``. Where the device has no row of the family,
+    the family's rows on every device are searched instead (the rows name their device).
+    """
+    family = check_engine_family(engine_family)
+    table = list(rows if rows is not None else load_table())
+    mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
+    pool = [r for r in mine if r.device == device_id] or mine
+    target = max(1, weight_bytes_per_step)
+
+    def distance(r: PublishedRow) -> float:
+        return abs(math.log(row_profile(r).weight_bytes_per_step / target))
+
+    out = []
+    for r in sorted(pool, key=lambda r: (distance(r), r.id))[:limit]:
+        point = row_point(r)
+        out.append(NearRow(r.id, r.device, r.model, r.quant, r.itl_ms, r.tok_s, point.floor_ms,
+                           row_profile(r).weight_bytes_per_step, r.power_mode, r.date, r.source,
+                           r.url))
+    return out
 
 
 @dataclass(frozen=True)
@@ -202,12 +517,23 @@ class ValidationResult:
     model: str
     quant: str
     published_tok_s: float
-    floor_ms: float
+    floor_ms: float | None
     measured_ms: float
     predicted_ms: float | None
     error_rel: float | None
     scope: str | None
     reason: str | None
+    setup: str | None = None
+    power_mode: str | None = None
+    clocks_locked: bool | None = None
+    build: str | None = None
+    date: str | None = None
+    source: str | None = None
+    url: str | None = None
+    interval_ms: tuple[float, float] | None = None
+    inside_interval: bool | None = None
+    fit_notes: str | None = None
+    notes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -217,33 +543,60 @@ class ValidationResult:
 def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]:
     """Predict every row from a calibration fitted without it; return rows and error summary.
 
-    ``error_rel`` is ``predicted / measured - 1`` (on the step time). Rows whose family has no
-    fit left without them are listed with a reason and left out of the summary.
+    ``error_rel`` is ``predicted / measured - 1`` (on the step time). Each predicted row also
+    gets the 80% interval a prediction would state without it (``family_interval``) and whether
+    its published figure falls inside. Rows the floor cannot predict, and rows whose family has
+    no fit left without them, are listed with a reason and left out of the summary.
     """
-    table = list(rows) if rows is not None else load_table()
+    table = tuple(rows if rows is not None else load_table())
+    preds = _loo_predictions(table)
     results: list[ValidationResult] = []
     for row in table:
-        point = row_point(row)
-        try:
-            cal = table_calibration(row.engine_family, row.device, rows=table, exclude=row.id)
-        except CalibrationError as err:
+        why = not_predicted_reason(row)
+        point = None if why is not None else row_point(row)
+        floor_ms = point.floor_ms if point is not None else None
+        meta = dict(setup=row.setup, power_mode=row.power_mode, clocks_locked=row.clocks_locked,
+                    build=row.build or row.engine_version, date=row.date, source=row.source,
+                    url=row.url)
+        if why is None and row.id not in preds:
+            try:
+                _loo_calibration(row, table)
+            except CalibrationError as err:
+                why = str(err)
+        if why is not None:
             results.append(ValidationResult(
                 row.id, row.engine_family, row.device, row.model, row.quant, row.tok_s,
-                point.floor_ms, point.measured_ms, None, None, None, str(err)))
+                floor_ms, row.itl_ms, None, None, None, why, **meta))
             continue
-        pred = point.floor_ms / cal.efficiency + cal.overhead_ms
+        assert point is not None
+        pred, scope, note = preds[row.id]
+        lo_rel, hi_rel = family_interval(row.engine_family, rows=table, exclude=row.id)
+        lo, hi = max(point.floor_ms, pred * (1.0 + lo_rel)), pred * (1.0 + hi_rel)
+        err = pred / point.measured_ms - 1.0
         results.append(ValidationResult(
             row.id, row.engine_family, row.device, row.model, row.quant, row.tok_s,
-            point.floor_ms, point.measured_ms, pred, pred / point.measured_ms - 1.0, cal.scope,
-            None))
+            point.floor_ms, point.measured_ms, pred, err, scope, None, **meta,
+            interval_ms=(lo, hi), inside_interval=lo <= point.measured_ms <= hi,
+            fit_notes=note or None,
+            notes=row.notes if abs(err) > OUTLIER_REL else None))
     errors = [abs(r.error_rel) for r in results if r.error_rel is not None]
     by_family: dict[str, dict[str, Any]] = {}
     for family in sorted({r.engine_family for r in results}):
-        errs = [abs(r.error_rel) for r in results
-                if r.engine_family == family and r.error_rel is not None]
-        by_family[family] = {"predicted": len(errs),
-                             "median_abs_error": statistics.median(errs) if errs else None,
-                             "max_abs_error": max(errs) if errs else None}
+        done = [r for r in results if r.engine_family == family and r.error_rel is not None]
+        errs = [abs(r.error_rel) for r in done]
+        inside = sum(1 for r in done if r.inside_interval)
+        by_family[family] = {
+            "predicted": len(errs),
+            "not_predicted": sum(1 for r in results
+                                 if r.engine_family == family and r.error_rel is None),
+            "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None,
+            "inside_80": inside,
+            "coverage_80": inside / len(done) if done else None,
+            "interval_rel": list(family_interval(family, rows=table)),
+            "scopes": {s: sum(1 for r in done if r.scope == s)
+                       for s in sorted({r.scope for r in done if r.scope})},
+        }
     return {
         "rows": [r.to_dict() for r in results],
         "by_family": by_family,
@@ -252,4 +605,25 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
         "sources": len({r.source for r in table}),
         "median_abs_error": statistics.median(errors) if errors else None,
         "max_abs_error": max(errors) if errors else None,
+        "past_35_percent": [r.id for r in results
+                            if r.error_rel is not None and abs(r.error_rel) > OUTLIER_REL],
+        "recent_llamacpp": recent_llamacpp_summary(table),
+        "setups": [{k: v for k, v in f.items() if k != "residuals"} for f in setup_fits(table)],
+    }
+
+
+def recent_llamacpp_summary(rows: Sequence[PublishedRow], *, since: str = "2025",
+                            small_params: int = 1_500_000_000) -> dict[str, Any]:
+    """Count the llama.cpp-CUDA rows measured with builds from ``since`` on (by the row's date):
+    rows, sources, devices and rows on models of ``small_params`` or fewer, predicted or not."""
+    recent = [r for r in rows if r.engine_family == "llamacpp-cuda" and (r.date or "") >= since]
+    predictable = [r for r in recent if not_predicted_reason(r) is None]
+    small = [r for r in predictable if PRESETS[r.model].param_count() <= small_params]
+    return {
+        "rows": len(recent),
+        "predicted": len(predictable),
+        "sources": sorted({r.source for r in recent}),
+        "devices": sorted({r.device for r in recent}),
+        "modules": len({DEVICES[r.device].family for r in recent}),
+        "small_model_rows": len(small),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PRESETS", "ModelShape"]
+__all__ = ["PRESETS", "REFUSED_MODELS", "ModelShape", "refusal_reason"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,29 @@ def _shape(
     )
 
 
+#: Why an architecture cannot be counted as one dense transformer pass per token. A refused
+#: model is never given a floor: a hybrid's state-space or convolution layers read a fixed state,
+#: not a KV cache, and a mixture-of-experts reads only the routed experts' weights per token.
+HYBRID_SSM_REASON = ("hybrid state-space/convolution layers: bytes per step and the KV cache "
+                     "do not follow the dense-transformer count")
+MOE_REASON = ("mixture-of-experts: each token reads only its routed experts, which the dense "
+              "bytes-per-step count does not model")
+
+#: Models the published table names that the floor refuses: id -> (name, reason).
+REFUSED_MODELS: dict[str, tuple[str, str]] = {
+    "nemotron3-nano-4b": ("Nemotron3-Nano-4B", HYBRID_SSM_REASON + " (Nemotron-H: Mamba-2 + "
+                          "attention)"),
+    "lfm2.5-350m": ("LFM2.5-350M", HYBRID_SSM_REASON + " (LFM2: gated convolutions + attention)"),
+    "lfm2.5-1.2b": ("LFM2.5-1.2B", HYBRID_SSM_REASON + " (LFM2: gated convolutions + attention)"),
+}
+
+
+def refusal_reason(model_id: str) -> str | None:
+    """Return why ``model_id`` cannot be counted, or None when it is not a refused model."""
+    entry = REFUSED_MODELS.get(model_id.strip().lower())
+    return None if entry is None else f"{entry[0]}: {entry[1]}"
+
+
 # Shapes from the models' public config.json files (docs/REFERENCE.md, "Model shapes"). Context
 # lengths are from the same configs or model cards: Llama-3 8k, Llama-3.1 and 3.2 128k, Llama-2 4k,
 # Qwen2.5 32k, TinyLlama 2k, SmolLM2 8k, Gemma-2 8k, Phi-3.5-mini 128k. Gemma-2 has four norm
@@ -105,6 +128,17 @@ _PRESET_ROWS: tuple[tuple[Any, ...], ...] = (
     ("llama-2-7b", "Llama-2-7B", "llama", 32, 4096, 32, 32, 128, 11008, 32000, False, 4096),
     ("llama-2-13b", "Llama-2-13B", "llama", 40, 5120, 40, 40, 128, 13824, 32000, False, 4096),
     ("llama-2-70b", "Llama-2-70B", "llama", 80, 8192, 64, 8, 128, 28672, 32000, False, 4096),
+    # Qwen3 (Qwen/Qwen3-*/config.json): no q/k/v biases; q/k RMSNorm vectors (2 x head_dim per
+    # layer) are left out of the count, under 0.01%. Gemma-3 (google/gemma-3-1b-it and the text
+    # model of gemma-3-4b-it): 5 of 6 layers attend within a 512-token window, so the KV bytes
+    # counted here are an upper bound at long contexts; the 4B's vision encoder does not run per
+    # decode step and is not counted.
+    ("qwen3-0.6b", "Qwen3-0.6B", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, True, 40960),
+    ("qwen3-1.7b", "Qwen3-1.7B", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, True, 40960),
+    ("qwen3-4b", "Qwen3-4B", "qwen3", 36, 2560, 32, 8, 128, 9728, 151936, True, 40960),
+    ("qwen3-8b", "Qwen3-8B", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, False, 40960),
+    ("gemma-3-1b", "Gemma-3-1B", "gemma3", 26, 1152, 4, 1, 256, 6912, 262144, True, 32768),
+    ("gemma-3-4b", "Gemma-3-4B", "gemma3", 34, 2560, 8, 4, 256, 10240, 262208, True, 131072),
 )
 
 PRESETS: dict[str, ModelShape] = {row[0]: _shape(*row) for row in _PRESET_ROWS}

@@ -19,13 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.floor.calibration import Calibration, check_engine_family, read_calibration
-from robot_latency.floor.devices import HardwareProfile
+from robot_latency.floor.devices import HardwareProfile, get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.modelinfo import ModelProfile
+from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
-from robot_latency.floor.published import table_calibration
+from robot_latency.floor.published import (
+    INTERVAL_COVERAGE,
+    NearRow,
+    load_table,
+    nearest_rows,
+    published_file_bytes,
+    scale_to_file,
+    table_calibration,
+)
 
-__all__ = ["TargetPrediction", "predict_target", "resolve_calibration"]
+__all__ = [
+    "PublishedPrediction",
+    "TargetPrediction",
+    "predict_target",
+    "predict_with_interval",
+    "resolve_calibration",
+    "with_published_size",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -110,3 +125,89 @@ def predict_target(model: ModelProfile, device: HardwareProfile, cal: Calibratio
         prefill_floor_ms=floor.prefill_floor_ms, efficiency=cal.efficiency,
         overhead_ms=cal.overhead_ms, compute_efficiency=cal.compute_efficiency,
         prefill_overhead_ms=cal.prefill_overhead_ms, calibration=cal.describe())
+
+
+@dataclass(frozen=True)
+class PublishedPrediction:
+    """A decode step predicted from the published table: point, 80% interval, and the rows behind.
+
+    ``itl_interval_ms`` holds the published figure of about 80% of the family's rows when each is
+    predicted without itself (``robot-latency predict --validate`` reports the share that does);
+    its low end is never below the floor. ``nearest_rows`` are the family's rows on the same
+    device nearest in bytes per step (on any device where this one has none).
+    """
+
+    device_id: str
+    engine_family: str
+    model_name: str
+    quant: str | None
+    context_tokens: int
+    itl_pred_ms: float
+    itl_interval_ms: tuple[float, float]
+    interval_coverage: float
+    itl_floor_ms: float
+    scope: str
+    basis: tuple[str, ...]
+    nearest_rows: tuple[NearRow, ...]
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        out = asdict(self)
+        out["itl_interval_ms"] = list(self.itl_interval_ms)
+        out["nearest_rows"] = [r.to_dict() for r in self.nearest_rows]
+        return out
+
+
+def with_published_size(spec: str, model: ModelProfile, *,
+                        device_id: str | None = None) -> tuple[ModelProfile, tuple[str, ...]]:
+    """Return a preset's profile scaled to the GGUF size a published row states, with a note.
+
+    Only a preset (``model.source == "preset"``) is scaled, and only where the table states the
+    size of that preset at that quant; a file or config.json profile is returned unchanged.
+    """
+    if model.source != "preset" or not model.quant:
+        return model, ()
+    stated = published_file_bytes(spec, model.quant, device_id=device_id)
+    if stated is None:
+        return model, ()
+    return scale_to_file(model, stated[0]), (
+        f"weight bytes from the GGUF size published row {stated[1]} states "
+        f"({stated[0] / 1e6:.0f} MB; the preset's bits per weight would count "
+        f"{model.weight_bytes_total / 1e6:.0f} MB)",)
+
+
+def predict_with_interval(device: str | HardwareProfile, engine_family: str,
+                          model: str | ModelProfile, quant: str | None = None, *,
+                          context_tokens: int = 0) -> PublishedPrediction:
+    """Predict the decode step of ``model`` on ``device`` under ``engine_family`` from the table.
+
+    Args:
+        device: a device id (``robot-latency devices``) or profile.
+        engine_family: e.g. ``llamacpp-cuda``.
+        model: a preset id, a GGUF or Hugging Face config.json path, or a profile.
+        quant: the quant of a preset or config.json (default Q4_K_M); None for a GGUF file.
+        context_tokens: tokens in the KV cache while decoding.
+
+    Returns:
+        The point prediction, its 80% interval, and the published rows it leans on.
+
+    Raises:
+        FloorError: an unknown device, family or model, a refused architecture, or a family the
+            table cannot calibrate (each named in the message).
+    """
+    dev = get_device(device) if isinstance(device, str) else device
+    prof = resolve_model(model, quant=quant) if isinstance(model, str) else model
+    notes: tuple[str, ...] = ()
+    if isinstance(model, str):
+        prof, notes = with_published_size(model, prof, device_id=dev.id)
+    cal = table_calibration(engine_family, dev.id)
+    pred = predict_target(prof, dev, cal, context_tokens=context_tokens)
+    near = nearest_rows(cal.engine_family, dev.id, prof.weight_bytes_per_step,
+                        rows=load_table())
+    return PublishedPrediction(
+        device_id=dev.id, engine_family=cal.engine_family, model_name=prof.name,
+        quant=prof.quant, context_tokens=context_tokens, itl_pred_ms=pred.itl_pred_ms,
+        itl_interval_ms=pred.itl_pred_interval_ms, interval_coverage=INTERVAL_COVERAGE,
+        itl_floor_ms=pred.itl_floor_ms, scope=cal.scope, basis=cal.basis,
+        nearest_rows=tuple(near), notes=(*notes, *cal.notes))

@@ -50,8 +50,38 @@ def test_predict_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_predict_validate_json(capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, "predict", "--validate", "--json")
-    assert out["predicted"] >= 10 and out["sources"] >= 3
-    assert out["median_abs_error"] <= 0.15 and out["max_abs_error"] <= 0.35
+    assert out["predicted"] >= 35 and out["sources"] >= 6
+    assert out["median_abs_error"] <= 0.12
+    rows = {r["id"]: r for r in out["rows"]}
+    for row_id in out["past_35_percent"]:  # each explained in its row's notes
+        assert "Past 35% in validation" in rows[row_id]["notes"]
+    for family, f in out["by_family"].items():
+        assert f["inside_80"] == sum(1 for r in out["rows"]
+                                     if r["engine_family"] == family and r["inside_interval"])
+        if f["predicted"] >= 8:
+            assert f["coverage_80"] >= 0.75
+
+
+def test_predict_small_model_names_the_rows_it_leans_on(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--device", "orin-nano-8gb", "--model", "qwen2.5-0.5b",
+                "--quant", "Q4_K_M", "--engine-family", "llamacpp-cuda", "--json")
+    assert out["interval_coverage"] == 0.8
+    lo, hi = out["itl_pred_interval_ms"]
+    assert out["itl_floor_ms"] <= lo < out["itl_pred_ms"] < hi
+    near = out["nearest_rows"]
+    assert near and all(r["device"] == "orin-nano-8gb" for r in near)
+    assert near[0]["model"] == "qwen2.5-0.5b" and near[0]["published_itl_ms"] > 0
+    assert any("GGUF size" in n for n in out["model_notes"])
+    assert main(["predict", "--device", "orin-nano-8gb", "--model", "qwen2.5-0.5b",
+                 "--quant", "Q4_K_M"]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval" in text and near[0]["id"] in text and near[0]["url"] in text
+
+
+def test_predict_refuses_a_hybrid_model_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _fails(capsys, "predict", "--model", "lfm2.5-350m")
+    assert "hybrid state-space" in err
 
 
 def test_predict_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,6 +34,8 @@ EXPECTED = {
     "orin-nx-8gb-super": (102.4, 8 * GB, 19.2, True, 6, "MAXN_SUPER"),
     "orin-nano-8gb": (68.0, 8 * GB, 10.2, True, 6, "15W"),
     "orin-nano-8gb-super": (102.0, 8 * GB, 16.7, True, 6, "MAXN_SUPER"),
+    "orin-nano-8gb-7w": (68.0, 8 * GB, 6.7, True, 6, "7W"),
+    "orin-nano-8gb-super-25w": (102.0, 8 * GB, 13.4, True, 6, "25W"),
     "orin-nano-4gb": (34.0, 4 * GB, 5.1, True, 6, "10W"),
     "orin-nano-4gb-super": (51.0, 4 * GB, 8.4, True, 6, "MAXN_SUPER"),
     "thor-t5000": (273.0, 128 * GB, None, False, 14, "MAXN"),

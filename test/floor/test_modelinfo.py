@@ -16,7 +16,11 @@ from pathlib import Path
 import gguf
 import pytest
 
-from robot_latency.floor.errors import ModelInfoError, UnknownPresetError
+from robot_latency.floor.errors import (
+    ModelInfoError,
+    UnknownPresetError,
+    UnsupportedArchitectureError,
+)
 from robot_latency.floor.modelinfo import (
     GGML_TYPE_BPW,
     KV_DTYPE_BYTES,
@@ -27,6 +31,7 @@ from robot_latency.floor.modelinfo import (
     ModelShape,
     kv_bytes_per_token,
     profile_from_gguf,
+    profile_from_hf_config,
     profile_from_preset,
     profile_manual,
     quant_bpw,
@@ -344,6 +349,15 @@ REFERENCE_PARAMS = {
     "llama-2-7b": 6.74e9,
     "llama-2-13b": 13.0e9,
     "llama-2-70b": 69.0e9,
+    # llama.cpp's own count for Qwen3-0.6B (596.05M, which adds the q/k norms); the Qwen3 cards
+    # print 1.7B, 4.0B and 8.2B; Gemma-3-1B 1.0B; Gemma-3-4B's text model is its card's 4.3B less
+    # the ~0.42B vision encoder.
+    "qwen3-0.6b": 0.596e9,
+    "qwen3-1.7b": 1.72e9,
+    "qwen3-4b": 4.02e9,
+    "qwen3-8b": 8.19e9,
+    "gemma-3-1b": 1.0e9,
+    "gemma-3-4b": 3.88e9,
 }
 
 
@@ -441,3 +455,73 @@ def test_resolve_unknown(tmp_path: Path) -> None:
     msg = str(exc.value)
     assert spec in msg and "no such file" in msg and "smollm2-135m" in msg
     assert isinstance(exc.value, ModelInfoError) and isinstance(exc.value, KeyError)
+
+
+def _config(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# Qwen/Qwen3-0.6B's config.json, the fields the shape needs (and a few it ignores)
+QWEN3_06B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128,
+    "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "tie_word_embeddings": True, "vocab_size": 151936,
+}
+
+
+def test_hf_config_gives_the_presets_shape(tmp_path: Path) -> None:
+    (tmp_path / "qwen3").mkdir()
+    path = _config(tmp_path / "qwen3", QWEN3_06B_CONFIG)
+    prof = resolve_model(str(path), quant="Q8_0")
+    preset = profile_from_preset("qwen3-0.6b", quant="Q8_0")
+    assert prof.source == "config.json" and prof.quant == "Q8_0"
+    assert (prof.params, prof.weight_bytes_per_step, prof.kv_bytes_per_token) == (
+        preset.params, preset.weight_bytes_per_step, preset.kv_bytes_per_token)
+    assert resolve_model(str(path)).quant == "Q4_K_M"  # the default quant, as for a preset
+
+
+def test_hf_config_multimodal_text_config_and_untied(tmp_path: Path) -> None:
+    text = {**QWEN3_06B_CONFIG, "tie_word_embeddings": False}
+    prof = profile_from_hf_config(_config(tmp_path, {"model_type": "qwen3_vl",
+                                                     "text_config": text}))
+    assert prof.tied_embeddings is False
+    assert prof.weight_bytes_total > prof.weight_bytes_per_step
+
+
+@pytest.mark.parametrize(("doc", "match"), [
+    ({**QWEN3_06B_CONFIG, "model_type": "nemotron_h"}, "hybrid state-space"),
+    ({**QWEN3_06B_CONFIG, "model_type": "lfm2"}, "hybrid state-space"),
+    ({**QWEN3_06B_CONFIG, "model_type": "qwen3_moe", "num_experts": 128}, "mixture-of-experts"),
+    ({**QWEN3_06B_CONFIG, "model_type": "mixtral", "num_local_experts": 8}, "mixture-of-experts"),
+    ({**QWEN3_06B_CONFIG, "model_type": "falcon"}, "not a dense transformer the floor knows"),
+])
+def test_hf_config_refuses_what_it_cannot_count(tmp_path: Path, doc: dict, match: str) -> None:
+    with pytest.raises(UnsupportedArchitectureError, match=match) as exc:
+        profile_from_hf_config(_config(tmp_path, doc))
+    assert len(str(exc.value).splitlines()) == 1 and "config.json" in str(exc.value)
+
+
+@pytest.mark.parametrize(("doc", "match"), [
+    ({**QWEN3_06B_CONFIG, "hidden_size": "big"}, "hidden_size"),
+    ({k: v for k, v in QWEN3_06B_CONFIG.items() if k != "num_hidden_layers"},
+     "num_hidden_layers"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_hf_config_bad_fields_are_named(tmp_path: Path, doc: object, match: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelInfoError, match=match):
+        profile_from_hf_config(path)
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(ModelInfoError, match="not a JSON config"):
+        resolve_model(str(tmp_path / "broken.json"))
+
+
+def test_refused_preset_names_the_reason() -> None:
+    with pytest.raises(UnsupportedArchitectureError, match=r"LFM2\.5-1\.2B.*hybrid state-space"):
+        resolve_model("lfm2.5-1.2b")
+    with pytest.raises(UnsupportedArchitectureError, match="Nemotron"):
+        profile_from_preset("nemotron3-nano-4b")

@@ -1,0 +1,48 @@
+"""``predict_with_interval``: point, 80% interval and the published rows behind a prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robot_latency.floor.errors import CalibrationError, UnsupportedArchitectureError
+from robot_latency.floor.published import family_interval
+from robot_latency.floor.target import predict_with_interval
+
+
+def test_small_model_on_an_orin_nano() -> None:
+    p = predict_with_interval("orin-nano-8gb", "llamacpp-cuda", "qwen3-0.6b", "Q8_0",
+                              context_tokens=512)
+    lo, hi = p.itl_interval_ms
+    assert p.itl_floor_ms <= lo < p.itl_pred_ms < hi
+    rel_lo, rel_hi = family_interval("llamacpp-cuda")
+    assert hi == pytest.approx(p.itl_pred_ms * (1 + rel_hi))
+    assert lo == pytest.approx(max(p.itl_floor_ms, p.itl_pred_ms * (1 + rel_lo)))
+    assert p.scope == "setup" and all(b.startswith("smolhub-15w-") for b in p.basis)
+    assert p.nearest_rows[0].model == "qwen3-0.6b" and p.nearest_rows[0].device == "orin-nano-8gb"
+    out = p.to_dict()
+    assert json.loads(json.dumps(out))["nearest_rows"][0]["id"] == p.nearest_rows[0].id
+
+
+def test_more_context_and_a_bigger_model_take_longer() -> None:
+    short = predict_with_interval("orin-nano-8gb-super", "llamacpp-cuda", "qwen3-1.7b")
+    long = predict_with_interval("orin-nano-8gb-super", "llamacpp-cuda", "qwen3-1.7b",
+                                 context_tokens=4096)
+    big = predict_with_interval("orin-nano-8gb-super", "llamacpp-cuda", "qwen3-4b")
+    assert short.itl_pred_ms < long.itl_pred_ms and short.itl_pred_ms < big.itl_pred_ms
+
+
+def test_config_json_and_refusals(tmp_path: Path) -> None:
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192,
+           "num_hidden_layers": 16, "vocab_size": 128256, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    from_file = predict_with_interval("orin-nano-8gb-super", "llamacpp-cuda", str(path))
+    assert from_file.itl_pred_ms > from_file.itl_floor_ms > 0
+    with pytest.raises(UnsupportedArchitectureError, match="hybrid"):
+        predict_with_interval("orin-nano-8gb", "llamacpp-cuda", "lfm2.5-1.2b")
+    with pytest.raises(CalibrationError, match="too few vllm rows"):
+        predict_with_interval("orin-nano-8gb", "vllm", "qwen3-0.6b")

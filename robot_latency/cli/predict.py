@@ -22,7 +22,12 @@ from robot_latency.floor.published import (
     validate_table,
 )
 from robot_latency.floor.runs import calibrate_runs
-from robot_latency.floor.target import predict_target, resolve_calibration, with_published_size
+from robot_latency.floor.target import (
+    adjust_for_model,
+    predict_target,
+    resolve_calibration,
+    with_published_size,
+)
 
 __all__ = ["register"]
 
@@ -40,6 +45,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cal = resolve_calibration(args.engine_family, device, calibration=args.calibration)
     pred = predict_target(model, device, cal, context_tokens=args.context,
                           prompt_tokens=args.prompt_tokens)
+    adj = None
+    if from_table:
+        pred, adj = adjust_for_model(pred, cal, args.model)
+        if adj is not None and adj.note() is not None:
+            model_notes = (*model_notes, str(adj.note()))
     near = (nearest_rows(cal.engine_family, device.id, model.weight_bytes_per_step)
             if from_table else [])
     if args.json:
@@ -47,12 +57,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out["interval_coverage"] = INTERVAL_COVERAGE if from_table else None
         out["nearest_rows"] = [r.to_dict() for r in near]
         out["model_notes"] = list(model_notes)
+        out["model_adjustment"] = None if adj is None else adj.to_dict()
         emit_json(out)
         return 0
     lo, hi = pred.itl_pred_interval_ms
     echo(f"{pred.model_name} ({pred.quant or '-'}) on {pred.device_id}, "
          f"{pred.engine_family}, {pred.context_tokens} tokens of context")
-    span = (f"{100 * INTERVAL_COVERAGE:.0f}% interval, from the family's leave-one-out errors"
+    seen = adj is not None and adj.seen
+    span = (f"{100 * INTERVAL_COVERAGE:.0f}% interval, from the family's leave-one-"
+            f"{'out errors of models measured in other setups' if seen else 'model-out errors'}"
             if from_table else "interval from the calibration's own points")
     echo(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}] {span}  "
          f"({1e3 / pred.itl_pred_ms:.1f} tok/s)")

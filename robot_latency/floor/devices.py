@@ -272,9 +272,16 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         flops_derived=True,
         cpu_cores=6,
         power_mode="25W",
-        source=(f"{_NANO_DS}; {_SUPER}; GPU clock ~820 MHz as published for this mode; FP16 "
-                "TFLOPS derived here as 32 tensor cores x 820 MHz x 512 FLOP"),
-        notes="EMC at 3199 MHz as in MAXN_SUPER; lower GPU and CPU clocks",
+        source=(f"{_NANO_DS}; {_SUPER}; GPU clock ~820 MHz and CPU 1420 MHz in this mode: Table 5 "
+                "of https://github.com/YuvrajSingh-mist/smolperfbenchmark/blob/main/"
+                "benchmark-jetson-nano-orin-super/non-reasoning-models/benchmark_report.md; "
+                "EMC of this mode not found on an NVIDIA page reachable from the check: 102 GB/s "
+                "(EMC 3199 MHz, 128-bit LPDDR5 at 6400 MT/s, as MAXN_SUPER) is an assumption, "
+                "consistent with the same report's 0.6-1B models decoding at 25W only 8-9% "
+                "slower than at MAXN_SUPER (Table 9) on a 20% lower GPU clock; FP16 TFLOPS "
+                "derived here as 32 tensor cores x 820 MHz x 512 FLOP"),
+        notes=("EMC assumed at 3199 MHz as in MAXN_SUPER (not confirmed, see source); lower GPU "
+               "and CPU clocks"),
         family="orin-nano",
     ),
     HardwareProfile(

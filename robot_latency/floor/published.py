@@ -9,9 +9,14 @@ Where the data supports it, the per-step overhead differs by device and by engin
 that share a *setup* (one source's engine build on one device in one power mode) are fitted
 together (scope ``setup``); a device without such a setup borrows the rows of the family on that
 device (scope ``device``), and a device without rows the family's rows on every device (scope
-``family``). ``validate_table`` predicts every row from a fit without it (leave-one-out) and
-states each row's 80% interval from the leave-one-out residuals of the *other* rows of its
-family; ``family_interval`` gives the same interval to predictions.
+``family``). A model the same source measured in other setups too (its other power modes) moves
+its prediction by the share its step time sat above or below those setups' fits
+(``model_adjustment``). ``validate_table`` predicts every row from a fit without it
+(leave-one-out) and states each row's 80% interval from the leave-one-out residuals of the
+*other* rows of its family; ``family_interval`` gives the same interval to predictions. Rows
+whose model the source measured elsewhere and rows whose model it did not get separate
+intervals: a model the table has never seen is predicted, and its interval built, from fits
+without any row of that model (leave-one-model-out).
 
 A row whose model the floor cannot count (hybrid state-space, mixture-of-experts) or whose figure
 is not a pure decode rate (output tokens per second with the prefill inside it) is listed as not
@@ -50,12 +55,14 @@ __all__ = [
     "METRICS",
     "OPTIONAL_ROW_FIELDS",
     "ROW_FIELDS",
+    "ModelAdjustment",
     "NearRow",
     "PublishedRow",
     "ValidationResult",
     "default_table_path",
     "family_interval",
     "load_table",
+    "model_adjustment",
     "nearest_rows",
     "not_predicted_reason",
     "published_file_bytes",
@@ -281,6 +288,7 @@ def scale_to_file(model: ModelProfile, file_bytes: int) -> ModelProfile:
                    weight_bytes_per_step=round(model.weight_bytes_per_step * scale))
 
 
+@lru_cache(maxsize=1024)
 def row_point(row: PublishedRow) -> DecodePoint:
     """Return the row as a decode point: its step time next to its bandwidth floor.
 
@@ -301,6 +309,13 @@ def _setup_rank(rows: Sequence[PublishedRow]) -> tuple[bool, bool, str, int]:
     """Best-documented first: clocks locked, power mode stated, newest date, most rows."""
     r = rows[0]
     return (r.clocks_locked is True, r.power_mode is not None, r.date or "", len(rows))
+
+
+def _pick_setup(groups: dict[str, list[PublishedRow]], setup: str | None) -> str | None:
+    """The named setup, else the best-documented of ``groups`` (None where there is none)."""
+    if setup is None and groups:
+        setup = max(groups.values(), key=_setup_rank)[0].setup
+    return setup
 
 
 def _by_setup(rows: Sequence[PublishedRow]) -> dict[str, list[PublishedRow]]:
@@ -352,8 +367,7 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
     here = [r for r in mine if r.device == device_id]
     source = "published table"
     groups = _by_setup(here)
-    if setup is None and groups:
-        setup = max(groups.values(), key=_setup_rank)[0].setup
+    setup = _pick_setup(groups, setup)
     same = groups.get(setup or "", [])
     if len(same) >= 2 and _sizes(same) >= 2:
         return calibrate_points([row_point(r) for r in same], engine_family=family,
@@ -412,14 +426,85 @@ def setup_fits(rows: Sequence[PublishedRow] | None = None) -> list[dict[str, Any
     return out
 
 
-@lru_cache(maxsize=8)
-def _loo_predictions(table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, str, str]]:
-    """Each predictable row's step time predicted from a fit without it: id -> (ms, scope, note).
+@dataclass(frozen=True)
+class ModelAdjustment:
+    """How a model's own rows in the source's other setups move its prediction in this one.
 
-    Rows whose family has no fit left without them are absent (``validate_table`` gives the
-    reason).
+    A source that measured the same model (same build, same harness) in several setups (power
+    modes of one module) shows how far that model sits from each setup's fit: its step time is
+    ``measured / fitted`` of the line through the setup's *other* models, and that share (the
+    model's kernel mix: layer count, attention heads, KV cache, output head; none of which the
+    bytes-per-step floor sees) carries to the next setup. ``factor`` is the geometric mean of
+    those shares over ``basis`` (1 where there are none).
     """
-    out: dict[str, tuple[float, str, str]] = {}
+
+    model: str
+    factor: float
+    basis: tuple[str, ...]
+    source: str | None
+
+    @property
+    def seen(self) -> bool:
+        """True where rows of this model in other setups of the source moved the prediction."""
+        return bool(self.basis)
+
+    def note(self) -> str | None:
+        """A line naming the rows behind the factor, or None where there are none."""
+        if not self.basis:
+            return None
+        return (f"model: x{self.factor:.3f}, the geometric mean of measured / fitted of "
+                f"{self.model} in {len(self.basis)} other setups of this source "
+                f"({', '.join(self.basis)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {"model": self.model, "factor": self.factor, "basis": list(self.basis),
+                "source": self.source, "seen": self.seen}
+
+
+def model_adjustment(engine_family: str, device_id: str, model_id: str, *,
+                     rows: Sequence[PublishedRow] | None = None, setup: str | None = None,
+                     exclude: str | None = None) -> ModelAdjustment:
+    """Return the factor by which ``model_id``'s rows in other setups move its prediction.
+
+    The setup is ``setup`` or the one ``table_calibration`` picks on ``device_id``; its source's
+    rows of the same shape preset in *other* setups are each predicted from their own setup's
+    fit without them (and without ``exclude``), and ``factor`` is the geometric mean of
+    ``measured / predicted`` over them. A model with no such row (a file, a config.json, a
+    preset the source did not measure, a device without a setup) gets 1.
+    """
+    family = check_engine_family(engine_family)
+    key = model_id.strip().lower()
+    table = [r for r in (rows if rows is not None else load_table()) if r.id != exclude]
+    mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
+    setup = _pick_setup(_by_setup([r for r in mine if r.device == device_id]), setup)
+    source = next((r.source for r in mine if r.setup == setup), None)
+    logs: list[float] = []
+    basis: list[str] = []
+    for q in mine:
+        if q.model != key or q.source != source or q.setup == setup:
+            continue
+        try:
+            cal = _ladder(family, q.device, table, exclude=q.id, setup=q.setup)
+        except CalibrationError:
+            continue
+        logs.append(math.log(q.itl_ms / (row_point(q).floor_ms / cal.efficiency
+                                          + cal.overhead_ms)))
+        basis.append(q.id)
+    factor = math.exp(statistics.fmean(logs)) if logs else 1.0
+    return ModelAdjustment(key, factor, tuple(basis), source)
+
+
+@lru_cache(maxsize=256)
+def _loo_predictions(
+        table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, str, str, ModelAdjustment]]:
+    """Each predictable row's step time predicted without it: id -> (ms, scope, note, model).
+
+    The row's setup fit without it, moved by its model's rows in the source's other setups
+    (``model_adjustment``, also without it). Rows whose family has no fit left without them are
+    absent (``validate_table`` gives the reason).
+    """
+    out: dict[str, tuple[float, str, str, ModelAdjustment]] = {}
     for row in table:
         if not_predicted_reason(row) is not None:
             continue
@@ -427,8 +512,31 @@ def _loo_predictions(table: tuple[PublishedRow, ...]) -> dict[str, tuple[float, 
             cal = _loo_calibration(row, table)
         except CalibrationError:
             continue
-        pred = row_point(row).floor_ms / cal.efficiency + cal.overhead_ms
-        out[row.id] = (pred, cal.scope, "; ".join(cal.notes))
+        adj = model_adjustment(row.engine_family, row.device, row.model, rows=table,
+                               setup=row.setup, exclude=row.id)
+        pred = (row_point(row).floor_ms / cal.efficiency + cal.overhead_ms) * adj.factor
+        notes = (*cal.notes, adj.note()) if adj.seen else cal.notes
+        out[row.id] = (pred, cal.scope, "; ".join(n for n in notes if n), adj)
+    return out
+
+
+@lru_cache(maxsize=256)
+def _new_model_predictions(table: tuple[PublishedRow, ...]) -> dict[str, float]:
+    """Each predictable row's step time predicted as if its model were new: id -> ms.
+
+    Every row of the row's shape preset is left out of the fit (leave-one-model-out), so no
+    measurement of that model moves the prediction: what a model the table has never seen gets.
+    """
+    out: dict[str, float] = {}
+    for row in table:
+        if not_predicted_reason(row) is not None:
+            continue
+        rest = [r for r in table if r.model != row.model]
+        try:
+            cal = _ladder(row.engine_family, row.device, rest, exclude=None, setup=row.setup)
+        except CalibrationError:
+            continue
+        out[row.id] = row_point(row).floor_ms / cal.efficiency + cal.overhead_ms
     return out
 
 
@@ -438,20 +546,35 @@ def _loo_calibration(row: PublishedRow, table: Sequence[PublishedRow]) -> Calibr
 
 
 def family_interval(engine_family: str, *, rows: Sequence[PublishedRow] | None = None,
-                    exclude: str | None = None) -> tuple[float, float]:
+                    exclude: str | None = None,
+                    model_seen: bool = False) -> tuple[float, float]:
     """Return the family's 80% interval as (lo, hi) relative bounds on a prediction.
 
-    The bounds are order statistics of ``measured / predicted - 1`` over the family's rows, each
-    predicted from a fit without it (leave-one-out), ``exclude`` left out: the
+    The bounds are order statistics of ``measured / predicted - 1`` over the family's rows,
+    ``exclude`` left out of the residuals and of every fit behind them: the
     ``ceil(0.9 (n + 1))``-th largest and ``floor(0.1 (n + 1))``-th smallest (a split-conformal
-    interval; the extreme residual where n is too small). Fewer than three residuals give the
-    default spread.
+    interval; the extreme residual where n is too small). For a
+    model the table has not measured (``model_seen`` False, the default) each row of the family
+    is predicted without any row of its model (leave-one-model-out); for a model moved by its
+    own rows in other setups (``model_adjustment``), the residuals are those of every row
+    predicted the same way, each without itself (leave-one-out), pooled over the engine
+    families where there are three or more: what they measure is how a model's departure from
+    its setup's fit carries from one power mode of a module to another under one harness, not
+    the engine's own fit, and one family's few sources (MLC: one source, two modes) give too
+    few of them for an 80% order statistic. Fewer than three residuals give the default
+    spread.
     """
     family = check_engine_family(engine_family)
-    table = tuple(rows if rows is not None else load_table())
+    # without ``exclude`` everywhere: the other rows' residuals are predicted from a table
+    # that never held it (nested leave-one-out), so it moves nothing its own interval uses
+    table = tuple(r for r in (rows if rows is not None else load_table()) if r.id != exclude)
+    mine = [row for row in table if row.engine_family == family]
     preds = _loo_predictions(table)
     res = sorted(row.itl_ms / preds[row.id][0] - 1.0 for row in table
-                 if row.engine_family == family and row.id != exclude and row.id in preds)
+                 if row.id in preds and preds[row.id][3].seen)
+    if not model_seen or len(res) < 3:
+        new = _new_model_predictions(table)
+        res = sorted(row.itl_ms / new[row.id] - 1.0 for row in mine if row.id in new)
     if len(res) < 3:
         return (-DEFAULT_SPREAD_REL, DEFAULT_SPREAD_REL)
     n, tail = len(res), (1.0 - INTERVAL_COVERAGE) / 2
@@ -534,6 +657,12 @@ class ValidationResult:
     inside_interval: bool | None = None
     fit_notes: str | None = None
     notes: str | None = None
+    model_factor: float | None = None
+    model_basis: tuple[str, ...] = ()
+    new_model_predicted_ms: float | None = None
+    new_model_error_rel: float | None = None
+    new_model_interval_ms: tuple[float, float] | None = None
+    new_model_inside_interval: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -545,11 +674,14 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
 
     ``error_rel`` is ``predicted / measured - 1`` (on the step time). Each predicted row also
     gets the 80% interval a prediction would state without it (``family_interval``) and whether
-    its published figure falls inside. Rows the floor cannot predict, and rows whose family has
+    its published figure falls inside. The ``new_model_*`` fields and summaries repeat this with
+    every row of the row's model left out (leave-one-model-out): the error a model the table
+    has never measured gets. Rows the floor cannot predict, and rows whose family has
     no fit left without them, are listed with a reason and left out of the summary.
     """
     table = tuple(rows if rows is not None else load_table())
     preds = _loo_predictions(table)
+    new_preds = _new_model_predictions(table)
     results: list[ValidationResult] = []
     for row in table:
         why = not_predicted_reason(row)
@@ -569,16 +701,24 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
                 floor_ms, row.itl_ms, None, None, None, why, **meta))
             continue
         assert point is not None
-        pred, scope, note = preds[row.id]
-        lo_rel, hi_rel = family_interval(row.engine_family, rows=table, exclude=row.id)
-        lo, hi = max(point.floor_ms, pred * (1.0 + lo_rel)), pred * (1.0 + hi_rel)
+        pred, scope, note, adj = preds[row.id]
+        lo, hi = _interval_ms(row, table, pred, point.floor_ms, model_seen=adj.seen)
         err = pred / point.measured_ms - 1.0
+        new = new_preds.get(row.id)
+        new_lo_hi = (None if new is None else
+                     _interval_ms(row, table, new, point.floor_ms, model_seen=False))
         results.append(ValidationResult(
             row.id, row.engine_family, row.device, row.model, row.quant, row.tok_s,
             point.floor_ms, point.measured_ms, pred, err, scope, None, **meta,
             interval_ms=(lo, hi), inside_interval=lo <= point.measured_ms <= hi,
             fit_notes=note or None,
-            notes=row.notes if abs(err) > OUTLIER_REL else None))
+            notes=row.notes if abs(err) > OUTLIER_REL else None,
+            model_factor=adj.factor, model_basis=adj.basis,
+            new_model_predicted_ms=new,
+            new_model_error_rel=None if new is None else new / point.measured_ms - 1.0,
+            new_model_interval_ms=new_lo_hi,
+            new_model_inside_interval=(None if new_lo_hi is None else
+                                       new_lo_hi[0] <= point.measured_ms <= new_lo_hi[1])))
     errors = [abs(r.error_rel) for r in results if r.error_rel is not None]
     by_family: dict[str, dict[str, Any]] = {}
     for family in sorted({r.engine_family for r in results}):
@@ -596,6 +736,10 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
             "interval_rel": list(family_interval(family, rows=table)),
             "scopes": {s: sum(1 for r in done if r.scope == s)
                        for s in sorted({r.scope for r in done if r.scope})},
+            "model_adjusted": sum(1 for r in done if r.model_basis),
+            "interval_rel_model_seen": list(family_interval(family, rows=table,
+                                                            model_seen=True)),
+            **_new_model_summary(done),
         }
     return {
         "rows": [r.to_dict() for r in results],
@@ -608,7 +752,33 @@ def validate_table(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]
         "past_35_percent": [r.id for r in results
                             if r.error_rel is not None and abs(r.error_rel) > OUTLIER_REL],
         "recent_llamacpp": recent_llamacpp_summary(table),
+        **_new_model_summary([r for r in results if r.error_rel is not None]),
+        "new_model_past_35_percent": [
+            r.id for r in results
+            if r.new_model_error_rel is not None and abs(r.new_model_error_rel) > OUTLIER_REL],
         "setups": [{k: v for k, v in f.items() if k != "residuals"} for f in setup_fits(table)],
+    }
+
+
+def _interval_ms(row: PublishedRow, table: tuple[PublishedRow, ...], pred_ms: float,
+                 floor_ms: float, *, model_seen: bool) -> tuple[float, float]:
+    """The 80% interval a prediction of ``row`` states without it (never below the floor)."""
+    lo_rel, hi_rel = family_interval(row.engine_family, rows=table, exclude=row.id,
+                                     model_seen=model_seen)
+    return max(floor_ms, pred_ms * (1.0 + lo_rel)), pred_ms * (1.0 + hi_rel)
+
+
+def _new_model_summary(done: Sequence[ValidationResult]) -> dict[str, Any]:
+    """Error and coverage of the predictions made as if each row's model were new."""
+    new = [r for r in done if r.new_model_error_rel is not None]
+    errs = [abs(r.new_model_error_rel) for r in new if r.new_model_error_rel is not None]
+    inside = sum(1 for r in new if r.new_model_inside_interval)
+    return {
+        "new_model_predicted": len(errs),
+        "new_model_median_abs_error": statistics.median(errs) if errs else None,
+        "new_model_max_abs_error": max(errs) if errs else None,
+        "new_model_inside_80": inside,
+        "new_model_coverage_80": inside / len(new) if new else None,
     }
 
 

@@ -130,9 +130,26 @@ _PRESET_ROWS: tuple[tuple[Any, ...], ...] = (
     ("llama-2-70b", "Llama-2-70B", "llama", 80, 8192, 64, 8, 128, 28672, 32000, False, 4096),
     # Qwen3 (Qwen/Qwen3-*/config.json): no q/k/v biases; q/k RMSNorm vectors (2 x head_dim per
     # layer) are left out of the count, under 0.01%. Gemma-3 (google/gemma-3-1b-it and the text
-    # model of gemma-3-4b-it): 5 of 6 layers attend within a 512-token window, so the KV bytes
-    # counted here are an upper bound at long contexts; the 4B's vision encoder does not run per
-    # decode step and is not counted.
+    # model of gemma-3-4b-it): 5 of 6 layers attend within a sliding window (512 tokens in the
+    # 1B, 1024 in the 4B), so the KV bytes counted here are an upper bound at long contexts; the
+    # 4B's vision encoder does not run per decode step and is not counted.
+    # Checked against public copies (Qwen's and Google's own pages were not reachable from the
+    # check; the 4B and Gemma files are gated or not indexed): every field below matched.
+    #   Qwen3-0.6B  huggingface.co/CodeAtCMU/Qwen3-0.6B-Base_full_sft_JavaScript_data_12K
+    #               (config.json, commit b9617cb)
+    #   Qwen3-4B    huggingface.co/MultiRL/qwen3_4b_instruct_sft/blob/main/config.json and
+    #               huggingface.co/ngocbh/TrimKV-Qwen3-4B-Math/blob/main/config.json (base_model
+    #               Qwen/Qwen3-4B): hidden 2560, 36 layers, 32/8 heads, head_dim 128, ffn 9728,
+    #               vocab 151936, tied, 40960 positions
+    #   Qwen3-8B    huggingface.co/thejaminator/qwen-hook-layer-9 ("Copy config.json from
+    #               Qwen/Qwen3-8B", commit 478fb72): untied
+    #   Gemma-3-1B  ollama.com/aliafshar/gemma3-it-qat-tools:1b/blobs/57c9b4a897df (GGUF metadata:
+    #               26 blocks, 1152, ffn 6912, 4/1 heads, key_length 256, token_embd
+    #               [1152, 262144], sliding window 512; no separate output tensor: tied)
+    #   Gemma-3-4B  huggingface.co/Creekside/gemma-3/blame/main/config.json (gemma3_text: 2560,
+    #               ffn 10240, 34 layers, 8/4 heads, head_dim 256, vocab 262208, window 1024) and
+    #               fast.hugflare.com/simaai/gemma-3-4b-it-a16w4/raw/main/devkit/vlm_config.json
+    #               (models--google--gemma-3-4b-it: the same figures)
     ("qwen3-0.6b", "Qwen3-0.6B", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, True, 40960),
     ("qwen3-1.7b", "Qwen3-1.7B", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, True, 40960),
     ("qwen3-4b", "Qwen3-4B", "qwen3", 36, 2560, 32, 8, 128, 9728, 151936, True, 40960),

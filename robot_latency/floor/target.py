@@ -8,13 +8,15 @@
 where ``itl_floor_ms`` is the bandwidth floor (bytes per step / bandwidth) and
 ``compute_floor_ms`` is ``2 * params * prompt_tokens`` at the device's compute figure. The floor is
 reported beside the prediction and is never raised by it: the interval's low end is clamped at
-the floor. docs/REFERENCE.md, "Predictions: two terms, calibrated".
+the floor. docs/REFERENCE.md, "Predictions: two terms, calibrated". From the published table, a
+model the same source measured in other power modes is moved by its own rows there
+(``adjust_for_model``), with the interval of predictions made that way.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,11 @@ from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
 from robot_latency.floor.published import (
     INTERVAL_COVERAGE,
+    ModelAdjustment,
     NearRow,
+    family_interval,
     load_table,
+    model_adjustment,
     nearest_rows,
     published_file_bytes,
     scale_to_file,
@@ -36,6 +41,7 @@ from robot_latency.floor.published import (
 __all__ = [
     "PublishedPrediction",
     "TargetPrediction",
+    "adjust_for_model",
     "predict_target",
     "predict_with_interval",
     "resolve_calibration",
@@ -127,6 +133,28 @@ def predict_target(model: ModelProfile, device: HardwareProfile, cal: Calibratio
         prefill_overhead_ms=cal.prefill_overhead_ms, calibration=cal.describe())
 
 
+def adjust_for_model(pred: TargetPrediction, cal: Calibration,
+                     model_id: str | None) -> tuple[TargetPrediction, ModelAdjustment | None]:
+    """Move a published-table prediction by the model's own rows in the source's other setups.
+
+    ``model_id`` is the preset id (a file or config.json path matches no row and changes
+    nothing). Where rows move it, the point is scaled by ``ModelAdjustment.factor`` and the
+    interval becomes that of predictions made the same way (``family_interval`` with
+    ``model_seen``); otherwise the prediction is returned unchanged, with the interval of a model
+    the table has not measured.
+    """
+    if model_id is None or cal.scope != "setup" or cal.source != "published table":
+        return pred, None
+    # the setup table_calibration fitted on this device (the best-documented one)
+    adj = model_adjustment(cal.engine_family, cal.device_id, model_id)
+    if not adj.seen:
+        return pred, adj
+    itl = pred.itl_pred_ms * adj.factor
+    lo_rel, hi_rel = family_interval(cal.engine_family, model_seen=True)
+    interval = (max(pred.itl_floor_ms, itl * (1.0 + lo_rel)), itl * (1.0 + hi_rel))
+    return replace(pred, itl_pred_ms=itl, itl_pred_interval_ms=interval), adj
+
+
 @dataclass(frozen=True)
 class PublishedPrediction:
     """A decode step predicted from the published table: point, 80% interval, and the rows behind.
@@ -150,6 +178,8 @@ class PublishedPrediction:
     basis: tuple[str, ...]
     nearest_rows: tuple[NearRow, ...]
     notes: tuple[str, ...]
+    model_factor: float = 1.0
+    model_basis: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -203,11 +233,15 @@ def predict_with_interval(device: str | HardwareProfile, engine_family: str,
         prof, notes = with_published_size(model, prof, device_id=dev.id)
     cal = table_calibration(engine_family, dev.id)
     pred = predict_target(prof, dev, cal, context_tokens=context_tokens)
+    pred, adj = adjust_for_model(pred, cal, model if isinstance(model, str) else None)
     near = nearest_rows(cal.engine_family, dev.id, prof.weight_bytes_per_step,
                         rows=load_table())
+    adj_note = () if adj is None or adj.note() is None else (adj.note(),)
     return PublishedPrediction(
         device_id=dev.id, engine_family=cal.engine_family, model_name=prof.name,
         quant=prof.quant, context_tokens=context_tokens, itl_pred_ms=pred.itl_pred_ms,
         itl_interval_ms=pred.itl_pred_interval_ms, interval_coverage=INTERVAL_COVERAGE,
         itl_floor_ms=pred.itl_floor_ms, scope=cal.scope, basis=cal.basis,
-        nearest_rows=tuple(near), notes=(*notes, *cal.notes))
+        nearest_rows=tuple(near), notes=(*notes, *cal.notes, *adj_note),
+        model_factor=1.0 if adj is None else adj.factor,
+        model_basis=() if adj is None else adj.basis)

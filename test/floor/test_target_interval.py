@@ -17,13 +17,28 @@ def test_small_model_on_an_orin_nano() -> None:
                               context_tokens=512)
     lo, hi = p.itl_interval_ms
     assert p.itl_floor_ms <= lo < p.itl_pred_ms < hi
-    rel_lo, rel_hi = family_interval("llamacpp-cuda")
+    # the source measured this model in its other power modes: they move it, and the interval is
+    # that of predictions made the same way
+    assert set(p.model_basis) == {"smolhub-7w-qwen3-0.6b", "smolhub-25w-qwen3-0.6b",
+                                  "smolhub-maxn-qwen3-0.6b"}
+    assert p.model_factor != 1.0 and any(n.startswith("model: x") for n in p.notes)
+    rel_lo, rel_hi = family_interval("llamacpp-cuda", model_seen=True)
     assert hi == pytest.approx(p.itl_pred_ms * (1 + rel_hi))
     assert lo == pytest.approx(max(p.itl_floor_ms, p.itl_pred_ms * (1 + rel_lo)))
     assert p.scope == "setup" and all(b.startswith("smolhub-15w-") for b in p.basis)
     assert p.nearest_rows[0].model == "qwen3-0.6b" and p.nearest_rows[0].device == "orin-nano-8gb"
     out = p.to_dict()
     assert json.loads(json.dumps(out))["nearest_rows"][0]["id"] == p.nearest_rows[0].id
+
+
+def test_a_model_the_table_never_measured_gets_the_new_model_interval() -> None:
+    p = predict_with_interval("orin-nano-8gb", "llamacpp-cuda", "qwen3-1.7b")
+    assert p.model_factor == 1.0 and p.model_basis == ()
+    rel_lo, rel_hi = family_interval("llamacpp-cuda")
+    assert p.itl_interval_ms[1] == pytest.approx(p.itl_pred_ms * (1 + rel_hi))
+    # a model never measured is less certain than one measured in other power modes
+    seen_lo, seen_hi = family_interval("llamacpp-cuda", model_seen=True)
+    assert rel_hi - rel_lo > seen_hi - seen_lo
 
 
 def test_more_context_and_a_bigger_model_take_longer() -> None:

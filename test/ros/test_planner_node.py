@@ -38,7 +38,7 @@ from robot_latency.streams import Command, write_bag
 
 DOMAIN_ID = random.randint(1, 100)
 ENVELOPE_KEYS = {"cycle", "command_id", "source", "fallback_reason", "plan", "deadline_met",
-                 "e2e_ms"}
+                 "cycle_ms"}
 BIN = Path(sys.executable).parent
 SIM = ["-p", "engine:=sim", "-p", "device_profile:=orin-agx-64gb"]
 

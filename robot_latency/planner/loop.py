@@ -425,16 +425,29 @@ class PlannerLoop:
         """Event mode: each command starts a cycle at its arrival (commands in arrival order).
 
         A command whose deadline passed before the loop was free is recorded as a skipped miss.
-        Returns the number of cycles recorded.
+        With ``on_new_command: preempt``, a command that arrives while the model works on the
+        previous one aborts that generation (the previous command is recorded as superseded):
+        for a list of commands the loop sees the next arrival time itself; a live source (an
+        iterator) sets :attr:`newer_command_waiting`. Returns the number of cycles recorded.
         """
         n = 0
-        for command in commands:
+        listed = list(commands) if isinstance(commands, (list, tuple)) else None
+        own_interrupt = (listed is not None and self.config.on_new_command == "preempt"
+                         and self.newer_command_waiting is None)
+        for i, command in enumerate(listed if listed is not None else commands):
             if should_stop is not None and should_stop():
                 break
+            if own_interrupt:
+                assert listed is not None
+                nxt = listed[i + 1].arrival_ns if i + 1 < len(listed) else None
+                self.newer_command_waiting = (
+                    None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
             if self.clock() >= command.arrival_ns + self.config.deadline_ns:
                 self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id)
             else:
                 self.run_cycle(self._take_cycle_id(), command.arrival_ns, command)
             n += 1
+        if own_interrupt:
+            self.newer_command_waiting = None
         return n

@@ -418,6 +418,7 @@ class PlannerRun:
         summary["mailbox"] = self.loop.mailbox.counters()
         summary["engine_restarts"] = getattr(self.runner, "restarts", 0)
         summary["records_not_written"] = self.loop.sink_errors
+        summary["transport_margin"] = self.loop.transport.summary()
         write_summary(summary, self.log_dir / "summary.json")
         self._write_manifest(status="finished")
         return summary

@@ -217,7 +217,8 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         runner = ProcessRunner(cfg.engine, cfg.engine_options,
                                hang_timeout_ms=cfg.hang_timeout_ms, clock=clock,
                                worker_nice=cfg.cpu.engine_nice,
-                               worker_cpus=cfg.cpu.resolved_engine_cpus())
+                               worker_cpus=cfg.cpu.resolved_engine_cpus(),
+                               spin_ms=cfg.cpu.spin_ms)
         runner.start()
         return runner
     except (EngineError, RuntimeError) as err:

@@ -194,6 +194,7 @@ class MainJob:
     n_threads: int = 0
     context_tokens: int = 32
     profile: str = ""
+    on_new_command: str = "queue"
 
 
 def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
@@ -261,6 +262,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         "engine": "llamacpp", "model": str(man.path(q)), "device_profile": job.device,
         "mode": job.mode, "deadline_ms": float(job.deadline_ms),
         "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
+        "on_new_command": job.on_new_command,
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True)

@@ -32,9 +32,11 @@ from robot_latency.records import CycleRecord, RecordError
 
 log = logging.getLogger(__name__)
 
-#: How long, after a cycle's plan is published, the loop waits for the aborted generation's
-#: partial trace (its phases so far) before it writes the record without them.
-PARTIAL_TRACE_WAIT_NS = 50_000_000
+#: How long, after a cycle's plan is published, the loop waits at most for the aborted
+#: generation's partial trace (its phases so far) before it writes the record without them. In
+#: periodic mode never past the next tick. The wait costs the next cycle nothing it would not
+#: spend anyway: the engine worker cannot start its request before it has answered this one.
+PARTIAL_TRACE_WAIT_NS = 200_000_000
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
@@ -336,9 +338,11 @@ class PlannerLoop:
 
         Called after the plan is published, so it costs no cycle its deadline: the worker's
         engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort
-        latency during a long prefill") with the trace so far (prefill chunks, tokens).
-        Waits at most :data:`PARTIAL_TRACE_WAIT_NS`; a worker that does not answer by then is
-        the next cycle's to wait for, and the record keeps what it has.
+        latency during a long prefill") with the trace so far (prefill chunks, tokens), later
+        on a loaded machine where the niced worker waits for a core. Waits at most
+        :attr:`partial_trace_wait_ns` (and in periodic mode not past the next tick); a worker
+        that does not answer by then is the next cycle's to wait for, and the record keeps what
+        it has.
         """
         if not self._partial_pending:
             return
@@ -346,7 +350,10 @@ class PlannerLoop:
         collect = getattr(self.runner, "collect_aborted", None)
         if collect is None:
             return
-        trace = collect(self.clock() + self.partial_trace_wait_ns)
+        until = self.clock() + self.partial_trace_wait_ns
+        if self.config.mode == "periodic":
+            until = min(until, rec.scheduled_ns + self.config.period_ns)
+        trace = collect(until)
         if trace is not None:
             self._copy_trace(rec, clip_trace(trace, self._given_up_ns))
 

@@ -292,9 +292,11 @@ class ProcessRunner:
         ``unavailable``. ``interrupt`` is polled every :data:`INTERRUPT_POLL_NS` while the
         generation runs: when it says so, the generation is aborted (``preempted``).
         """
+        t0 = self.clock()
         waited = self._wait_free_ns(give_up_ns)
         if waited is None:
-            return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle")
+            return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle",
+                              wait_ns=self.clock() - t0)
         outcome = self._run(request, give_up_ns, interrupt)
         outcome.wait_ns = waited
         return outcome

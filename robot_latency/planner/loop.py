@@ -286,6 +286,9 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
+        if reason == "deadline" and self.transport.measured:
+            # how far the loop itself ate into the transport margin (wake-up, fallback)
+            self.transport.add_loop_excess(published - (deadline - (margin - cfg.margin_ns)))
         self._collect_partial(rec)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
             self._last_plan, self._last_plan_ns = plan, published

@@ -12,9 +12,14 @@ deadline.
 - ``< 0`` (the ROS node's default, ``-1``): measured. The node feeds this estimator what it can
   observe of its own transport: a burst of loopback pings over the same middleware at start-up
   (the node subscribes to a probe topic it publishes), then every plan it publishes, received by
-  its own subscription to the plan topic. The margin is ``headroom * p99 + slack`` of the newest
-  ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` have arrived it is the
-  cap (a new node does not yet know its transport, so it keeps the most it may).
+  its own subscription to the plan topic (one-way samples). The receiver's deadline counts from
+  when it *sent* the command, so two legs count: the command's way in and the plan's way out.
+  The loop adds what it observes of itself: how far past ``deadline - transport margin`` a
+  fallback given up at its deadline was published (its wake-up and fallback beyond
+  ``publish_margin_ms``). The margin is ``LEGS * p99(one-way) + p99(loop excess) + slack`` over
+  the newest ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` one-way
+  samples have arrived it is the cap (a new node does not yet know its transport, so it keeps
+  the most it may).
 
 The estimator is thread-safe: samples come from the middleware's executor thread, the margin is
 read by the loop's thread once per cycle.
@@ -28,9 +33,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-#: Multiplies the measured p99: the receiver's executor is another process than the node's.
-HEADROOM = 1.5
-#: Added to the scaled p99 (ns): the loop's own wake-up and fallback jitter beyond the sample.
+#: Legs a command's reaction crosses: the command to the node, the plan back.
+LEGS = 2
+#: Added to the estimate (ns): what the samples' resolution and the receiver's own callback miss.
 SLACK_NS = 500_000
 
 
@@ -59,6 +64,7 @@ class TransportMargin:
     def __init__(self, settings: MarginSettings) -> None:
         self.settings = settings
         self._samples: collections.deque[int] = collections.deque(maxlen=settings.window)
+        self._excess: collections.deque[int] = collections.deque(maxlen=settings.window)
         self._lock = threading.Lock()
         self.total_samples = 0
 
@@ -75,13 +81,28 @@ class TransportMargin:
             self._samples.append(int(sample_ns))
             self.total_samples += 1
 
-    def p99_ns(self) -> int | None:
-        """The p99 of the current window (nearest rank), None without samples."""
+    def add_loop_excess(self, excess_ns: int) -> None:
+        """Take how far past ``deadline - transport margin`` the loop published a fallback it
+        gave up on at the deadline (<= 0: on time)."""
         with self._lock:
-            data = sorted(self._samples)
+            self._excess.append(max(0, int(excess_ns)))
+
+    @staticmethod
+    def _p99(values: collections.deque[int]) -> int | None:
+        data = sorted(values)
         if not data:
             return None
         return data[min(len(data) - 1, math.ceil(0.99 * len(data)) - 1)]
+
+    def p99_ns(self) -> int | None:
+        """The p99 of the one-way samples (nearest rank), None without samples."""
+        with self._lock:
+            return self._p99(self._samples)
+
+    def loop_excess_p99_ns(self) -> int:
+        """The p99 of the loop's own excess (0 without samples)."""
+        with self._lock:
+            return self._p99(self._excess) or 0
 
     def margin_ns(self) -> int:
         """The transport margin for the next cycle (ns)."""
@@ -94,7 +115,8 @@ class TransportMargin:
         p99 = self.p99_ns()
         if not enough or p99 is None:
             return cap_ns
-        return max(floor_ns, min(cap_ns, round(HEADROOM * p99) + SLACK_NS))
+        estimate = LEGS * p99 + self.loop_excess_p99_ns() + SLACK_NS
+        return max(floor_ns, min(cap_ns, estimate))
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says about the margin."""
@@ -102,5 +124,6 @@ class TransportMargin:
         return {"transport_margin": "measured" if self.measured else "fixed",
                 "transport_margin_ms": self.margin_ns() / 1e6,
                 "transport_p99_ms": None if p99 is None else p99 / 1e6,
+                "loop_excess_p99_ms": self.loop_excess_p99_ns() / 1e6,
                 "transport_samples": self.total_samples,
                 "floor_ms": self.settings.floor_ms, "cap_ms": self.settings.cap_ms}

@@ -9,7 +9,7 @@ from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.margin import HEADROOM, SLACK_NS, MarginSettings, TransportMargin
+from robot_latency.planner.margin import LEGS, SLACK_NS, MarginSettings, TransportMargin
 
 MS = 1_000_000
 
@@ -28,10 +28,16 @@ def test_measured_margin_is_the_cap_until_enough_samples_then_covers_the_tail() 
     m.add(6 * MS)  # the tail
     p99 = m.p99_ns()
     assert p99 is not None and p99 >= 2 * MS
-    assert m.margin_ns() == round(HEADROOM * p99) + SLACK_NS
-    assert m.margin_ns() > p99  # the margin covers the measured p99
+    assert m.margin_ns() == LEGS * p99 + SLACK_NS  # both legs: the command in, the plan out
+    assert m.margin_ns() > p99
+    m.add_loop_excess(-5 * MS)  # on time: counts as 0
+    for _ in range(50):
+        m.add_loop_excess(3 * MS)  # the loop itself published 3 ms into the margin
+    assert m.loop_excess_p99_ns() == 3 * MS
+    assert m.margin_ns() == LEGS * p99 + 3 * MS + SLACK_NS
     for _ in range(300):
-        m.add(10)  # a very fast transport: the floor holds
+        m.add(10)  # a very fast transport and a punctual loop: the floor holds
+        m.add_loop_excess(0)
     assert m.margin_ns() == 1 * MS
     for _ in range(300):
         m.add(400 * MS)  # a stalled transport: the cap holds
@@ -65,7 +71,7 @@ def test_the_loop_gives_up_the_margin_before_the_deadline_and_records_it() -> No
     loop.run_periodic(1)
     first, second = records
     assert first.margin_ns == 2 * MS + 12 * MS  # no samples yet: the cap
-    assert second.margin_ns == 2 * MS + round(HEADROOM * 3 * MS) + SLACK_NS
+    assert second.margin_ns == 2 * MS + LEGS * 3 * MS + SLACK_NS
     for rec, plan in zip(records, plans, strict=True):
         assert all(t <= rec.deadline_ns - rec.margin_ns for t in rec.token_ns)
         assert plan["margin_ms"] == rec.margin_ns / 1e6

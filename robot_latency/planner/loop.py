@@ -192,6 +192,7 @@ class PlannerLoop:
         self.cycles_run = 0
         self._partial_pending = False
         self._given_up_ns = 0
+        self._waited_to_give_up = False
         #: how long the loop waits, after the publish, for an aborted generation's trace
         self.partial_trace_wait_ns = PARTIAL_TRACE_WAIT_NS
         self.next_cycle = 0  # cycle ids run on across calls of the run_* methods
@@ -225,6 +226,7 @@ class PlannerLoop:
         deadline = scheduled_ns + cfg.deadline_ns
         margin = cfg.margin_ns + self.transport.margin_ns()
         give_up = deadline - margin
+        self._waited_to_give_up = False
         # Reaction latency belongs to the first cycle that plans a command; later ticks that
         # re-plan the same command (periodic mode) are not reactions to it.
         first_for_command = command is not None and command.command_id != self._last_command_id
@@ -286,8 +288,9 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
-        if reason == "deadline" and self.transport.measured:
-            # how far the loop itself ate into the transport margin (wake-up, fallback)
+        if self._waited_to_give_up and self.transport.measured:
+            # how far the loop itself ate into the transport margin after waking at its give-up
+            # time (wake-up, fallback); not a cycle that started late (that is queueing)
             self.transport.add_loop_excess(published - (deadline - (margin - cfg.margin_ns)))
         self._collect_partial(rec)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
@@ -312,6 +315,7 @@ class PlannerLoop:
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         trace = outcome.trace
         self._partial_pending = trace is None and outcome.status in ("timeout", "preempted")
+        self._waited_to_give_up = outcome.status == "timeout"
         self._given_up_ns = self.clock()
         if trace is not None:
             self._copy_trace(rec, trace)

@@ -15,8 +15,9 @@ deadline.
   its own subscription to the plan topic (one-way samples). The receiver's deadline counts from
   when it *sent* the command, so two legs count: the command's way in and the plan's way out.
   The loop adds what it observes of itself: how far past ``deadline - transport margin`` a
-  fallback given up at its deadline was published (its wake-up and fallback beyond
-  ``publish_margin_ms``). The margin is ``LEGS * p99(one-way) + p99(loop excess) + slack`` over
+  fallback was published when the loop had waited for the model until its give-up time (its
+  wake-up and fallback beyond ``publish_margin_ms``; a cycle that started late is queueing, not
+  this). The margin is ``LEGS * p99(one-way) + p99(loop excess) + slack`` over
   the newest ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` one-way
   samples have arrived it is the cap (a new node does not yet know its transport, so it keeps
   the most it may).

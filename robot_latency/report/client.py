@@ -276,7 +276,9 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
              "against the planner's own arrival-to-publish time; the difference is DDS both "
              "ways, serialisation and both executors. " + SAME_HOST_CLOCK_NOTE[0].upper()
              + SAME_HOST_CLOCK_NOTE[1:] + ". A receiver miss is a command without its own plan "
-             "within the deadline.", "",
+             "within the deadline; the planner miss rate is the planner's own deadline misses "
+             "over its cycles for a command. A receiver rate above the planner's means plans on "
+             "time where they were published arrived late: flagged below.", "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for e in edges:
         s = e.summary

@@ -1,10 +1,14 @@
 """The planner node most people would write without this project (the benchmark's baseline).
 
 rclpy and llama-cpp-python's ``create_completion``, called in the subscription callback for
-each command, on the same model, grammar and prompt as ``planner_node``, greedy: no deadline, no
-fallback, no worker process, the default ``KEEP_LAST(10)`` queue. It answers on the same topics
-in the same envelope, so the same client-edge replayer measures it. It accepts the replayer's
-tagged commands (the only concession: the id the plan must carry back to be matched).
+each command, on the same model, grammar and prompt as ``planner_node`` (the planner profile
+builds the prompt and parses the output), greedy: no deadline, no fallback, no worker process,
+the default ``KEEP_LAST(10)`` queue. It answers on the same topics in the same envelope, so the
+same client-edge replayer measures it. It accepts the replayer's tagged commands (the only
+concession: the id the plan must carry back to be matched).
+
+Its best settings are parameters: ``n_threads`` (decode), ``n_threads_batch`` (prefill; 0:
+llama-cpp-python's default), ``grammar`` (constrained decoding or not).
 
     python bench/naive_node.py --ros-args -p model:=/path/to/planner.Q4_0.gguf -p n_threads:=1
 """
@@ -20,8 +24,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from robot_latency.plan.actions import PlanParseError, actions_gbnf, expand_to_plan, parse_actions
-from robot_latency.planner.loop import default_prompt
+from robot_latency.plan.actions import PlanParseError
+from robot_latency.plan.profile import load_planning
 from robot_latency.ros.client_edge import untag_command
 
 
@@ -32,10 +36,17 @@ class NaivePlanner(Node):
         super().__init__("planner_node")
         model = self.declare_parameter("model", "").value
         n_threads = self.declare_parameter("n_threads", 1).value
-        self.max_tokens = self.declare_parameter("max_tokens", 24).value
+        n_threads_batch = self.declare_parameter("n_threads_batch", 0).value
+        use_grammar = self.declare_parameter("grammar", True).value
+        profile = self.declare_parameter("planner_profile", "").value
+        self.planning = load_planning(profile or None)
+        self.max_tokens = self.declare_parameter("max_tokens", 0).value \
+            or self.planning.max_tokens
         self.llm = llama_cpp.Llama(model_path=model, n_ctx=0, n_threads=n_threads,
-                                   verbose=False)
-        self.grammar = llama_cpp.LlamaGrammar.from_string(actions_gbnf(), verbose=False)
+                                   n_threads_batch=n_threads_batch or None, verbose=False)
+        gbnf = self.planning.contract.grammar if use_grammar else None
+        self.grammar = (llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
+                        if gbnf else None)
         self.pub = self.create_publisher(String, "planner/plan", 10)
         self.sub = self.create_subscription(String, "planner/command", self.on_command, 10)
         self.cycle = 0
@@ -43,11 +54,13 @@ class NaivePlanner(Node):
 
     def on_command(self, msg: String) -> None:
         command_id, text = untag_command(msg.data)
-        out = self.llm.create_completion(default_prompt(text), max_tokens=self.max_tokens,
-                                         temperature=0.0, grammar=self.grammar)
+        out = self.llm.create_completion(self.planning.build(text).text,
+                                         max_tokens=self.max_tokens, temperature=0.0,
+                                         grammar=self.grammar,
+                                         stop=list(self.planning.stop) or None)
         raw = out["choices"][0]["text"]
         try:
-            plan = expand_to_plan(parse_actions(raw))
+            plan = self.planning.contract.parse(raw)
         except PlanParseError:
             plan = None
         self.pub.publish(String(data=json.dumps(

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from benchio import emit_result
 
+from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import ladder_model_path
 from robot_latency.plan.profile import load_profile
 from robot_latency.planner.budget import CpuBudget
@@ -74,8 +75,16 @@ def _run(spec: RunSpec, stream: CommandStream, *, speed: float, asap: bool) -> d
     }
 
 
+def _model(args: argparse.Namespace) -> str:
+    """The inflated Qwen2.5-0.5B at Q4_K_M, or the shipped tiny planner (``--model bundled``,
+    for a smoke run)."""
+    if args.model == "bundled":
+        return str(bundled_model_path("planner"))
+    return str(ladder_model_path(MODEL, "Q4_K_M"))
+
+
 def cmd_prefix(args: argparse.Namespace) -> dict[str, Any]:
-    model = str(ladder_model_path(MODEL, "Q4_K_M"))
+    model = _model(args)
     full = read_stream(SHIPPED_DIR / "steady_operator")
     stream = CommandStream(name=full.name, source=full.source,
                            commands=full.commands[: args.commands], topic=full.topic)
@@ -109,8 +118,11 @@ def cmd_prefix(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_threads(args: argparse.Namespace) -> dict[str, Any]:
-    model = str(ladder_model_path(MODEL, "Q4_K_M"))
-    stream = read_stream(SHIPPED_DIR / "steady_operator")
+    model = _model(args)
+    full = read_stream(SHIPPED_DIR / "steady_operator")
+    stream = CommandStream(name=full.name, source=full.source,
+                           commands=full.commands[: args.max_commands or None],
+                           topic=full.topic)
     planner = PlannerConfig(mode="event", deadline_ms=400.0, period_ms=500.0)
     work = Path(tempfile.mkdtemp(prefix="bench-threads-"))
     configs = {
@@ -137,9 +149,12 @@ def main() -> int:
     p.add_argument("--deadline-ms", type=float, default=60_000.0)
     p.add_argument("--n-threads", type=int, default=0)
     p.add_argument("--n-threads-batch", type=int, default=0)
+    p.add_argument("--model", choices=("inflated", "bundled"), default="inflated")
     p.add_argument("--out", type=Path, default=None)
     p = sub.add_parser("threads")
     p.add_argument("--speed", type=float, default=3.0)
+    p.add_argument("--model", choices=("inflated", "bundled"), default="inflated")
+    p.add_argument("--max-commands", type=int, default=0, help="only the first N commands")
     p.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     result = cmd_prefix(args) if args.what == "prefix" else cmd_threads(args)

@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+from benchio import emit_result
 
 from robot_latency.models.corpus import CorpusConfig, generate_corpus
 from robot_latency.plan.rules import rule_plan
@@ -21,6 +22,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--commands", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     commands = [c.text for c in generate_corpus(CorpusConfig()).heldout][: args.commands]
     chain = FallbackChain(("rule", "hold", "stop"))
@@ -49,11 +51,9 @@ def main() -> int:
         return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
                 "max": float(arr.max()), "n": int(arr.size)}
 
-    result = {"command": "python " + " ".join(sys.argv), "rule_plan_us": us(rule_ns),
-              "fallback_chain_us": us(chain_ns), "long_command_us": us(long_ns),
-              "commands_read_fraction": read / len(rule_ns)}
-    sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    return 0
+    return emit_result({"rule_plan_us": us(rule_ns), "fallback_chain_us": us(chain_ns),
+                        "long_command_us": us(long_ns),
+                        "commands_read_fraction": read / len(rule_ns)}, args.out)
 
 
 if __name__ == "__main__":

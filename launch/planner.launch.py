@@ -44,6 +44,8 @@ PLANNER_PARAMETERS = {
     "deadline_ms": "deadline per cycle (ms)",
     "period_ms": "planner period (ms)",
     "log_dir": "run directory (default ~/.ros/robot_latency/<timestamp>-<pid>)",
+    "on_new_command": "event mode: queue (a newer command waits) or preempt (it aborts the "
+                      "older generation; the older is recorded as superseded)",
 }
 
 

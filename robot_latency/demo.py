@@ -194,6 +194,7 @@ class MainJob:
     n_threads: int = 0
     context_tokens: int = 32
     profile: str = ""
+    on_new_command: str = "queue"
 
 
 def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
@@ -220,7 +221,6 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         default_cache_dir,
         ensure_inflated,
     )
-    from robot_latency.planner.budget import available_cpus
     from robot_latency.report.client import edge_markdown
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.table import markdown_table
@@ -254,13 +254,15 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     say(markdown_table(["device", "GB/s", *job.quants], rows))
     say(f"\n[3/3] replaying {stream} (x{job.speed:g}) through planner_node and bag_replayer "
         f"over ROS 2 (Fast DDS), deadline {job.deadline_ms:g} ms, one configuration per level")
-    cpus = sorted(available_cpus())
-    # The documented budget: the loop alone on the first core, the engine on the others.
-    budget = {"loop_cpus": str(cpus[0])} if len(cpus) > 1 else {}
+    # The default CPU budget: the loop not pinned and woken early (it sleeps most of the
+    # cycle), the engine niced on every core (its prefill threads use them all): the model gets
+    # the machine, the fallback stays on time (robot_latency/planner/budget.py).
+    budget: dict[str, str] = {}
     configs = [DemoConfig(label=q, params={
         "engine": "llamacpp", "model": str(man.path(q)), "device_profile": job.device,
         "mode": job.mode, "deadline_ms": float(job.deadline_ms),
         "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
+        "on_new_command": job.on_new_command,
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True)

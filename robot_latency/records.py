@@ -66,7 +66,9 @@ class CycleRecord:
     one, at the kernel's 10 ms tick resolution (None where the OS does not report it).
     ``prompt`` is the per-cycle part of what the model was given (the normalized command in the
     profile's template; the fixed prefix is in the manifest's profile), ``raw_output`` what it
-    wrote.
+    wrote. ``margin_ns`` is the time the loop kept before the deadline for the fallback, the
+    publish and the transport to the receiver (``deadline_ns - margin_ns``: when it gave up on
+    the model).
     """
 
     run_id: str
@@ -98,6 +100,7 @@ class CycleRecord:
     host_steal_ns: int | None = None
     telemetry: dict[str, Any] | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
+    margin_ns: int | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

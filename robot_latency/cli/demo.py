@@ -19,7 +19,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                      stream=Path(args.stream) if args.stream else None, speed=args.speed,
                      mode=args.mode, deadline_ms=args.deadline_ms, period_ms=args.period_ms,
                      device=args.device, n_threads=args.n_threads,
-                     context_tokens=args.context, profile=args.profile or ""), echo)
+                     context_tokens=args.context, profile=args.profile or "",
+                     on_new_command=args.on_new_command), echo)
     return 0
 
 
@@ -46,4 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default=None, help="planner profile (default: bundled-actions)")
     p.add_argument("--context", type=nonneg_int, default=_D.context_tokens,
                    help="context tokens for the floor table")
+    p.add_argument("--on-new-command", default=_D.on_new_command, choices=("queue", "preempt"),
+                   help="a command arriving while the model works on an older one waits "
+                        "(queue) or aborts it, the older recorded as superseded (preempt); "
+                        "default %(default)s")
     p.set_defaults(func=cmd_demo)

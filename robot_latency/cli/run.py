@@ -19,7 +19,7 @@ from robot_latency.cli.common import (
     split_list,
 )
 from robot_latency.planner.budget import CpuBudget
-from robot_latency.planner.config import MODES, PlannerConfig
+from robot_latency.planner.config import MODES, ON_NEW_COMMAND, PlannerConfig
 from robot_latency.records import read_records
 from robot_latency.stats import summarize, write_summary
 
@@ -93,7 +93,8 @@ def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, en
     planner = PlannerConfig(period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
                             max_tokens=args.max_tokens,
                             fallback=tuple(f.strip() for f in args.fallback.split(",")),
-                            publish_margin_ms=args.publish_margin_ms)
+                            publish_margin_ms=args.publish_margin_ms,
+                            on_new_command=args.on_new_command)
     cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
                     engine_nice=args.engine_nice, loop_priority=args.loop_priority)
     spec = RunSpec(planner=planner, log_dir=out, engine=engine, model=args.model, quant=quant,
@@ -289,6 +290,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
     p.add_argument("--asap", action="store_true",
                    help="ignore recorded times: one cycle per command, back to back")
+    p.add_argument("--on-new-command", default=_PC.on_new_command, choices=ON_NEW_COMMAND,
+                   help="event mode: a command arriving while the model works on an older one "
+                        "waits (queue) or aborts it, the older recorded as superseded (preempt)"
+                        "; default %(default)s")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

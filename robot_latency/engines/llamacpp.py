@@ -262,6 +262,9 @@ class LlamaCppEngine:
             if stop is not None or not self._eval(tokens[start: start + cfg.chunk_tokens]):
                 trace.stop_reason = stop or (StopReason.ABORTED if abort is not None
                                              and abort.is_set() else StopReason.DEADLINE)
+                # The prefill given up on still took this long (a timed-out cycle's record
+                # shows where its budget went).
+                trace.phases_extra_ns["prefill"] = clock() - trace.tokenized_ns
                 return
             trace.prefill_chunk_ns.append(clock())
         self._arm(False)

@@ -8,6 +8,9 @@ cores, 0.29 ms with one core free). The budget makes the remedy explicit and rec
 * ``engine_cpus``: the engine worker runs only on these (empty: every core the loop does not
   own when ``loop_cpus`` is set, else anywhere). Give the engine ``n_threads`` <= their count.
 * ``engine_nice``: niceness added to the engine worker, so the loop wins a shared core.
+* no ``loop_cpus`` (the default): the engine may use every core (its prefill threads do), the
+  loop shares them and is woken early (:attr:`CpuBudget.spin_ms`): the model gets the machine,
+  the fallback stays on time.
 * ``loop_priority``: 1-99 runs the loop's thread under ``SCHED_FIFO`` at that priority: no
   ordinary process on its core can delay it. Needs ``CAP_SYS_NICE`` or an ``rtprio`` limit
   (``/etc/security/limits.conf``); 0 keeps the normal scheduler. The engine worker is always
@@ -78,6 +81,12 @@ def parse_cpu_list(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+#: The loop polls the last this many ms before a give-up time when it has a core of its own.
+OWN_CORE_SPIN_MS = 1.5
+#: ... and this many when it shares the cores with the engine (see :attr:`CpuBudget.spin_ms`).
+SHARED_CORE_SPIN_MS = 5.0
+
+
 @dataclass(frozen=True)
 class CpuBudget:
     """Cores and priorities of the loop and the engine (see the module's docstring)."""
@@ -125,6 +134,21 @@ class CpuBudget:
         have = available_cpus() if available is None else available
         rest = tuple(sorted(have - set(self.loop_cpus)))
         return rest or None  # a one-core machine: share it (the engine is niced)
+
+    @property
+    def spin_ms(self) -> float:
+        """How long before a give-up time the loop stops sleeping and polls (ms).
+
+        A loop alone on its core (pinned, or under SCHED_FIFO) wakes within 0.3 ms: the last
+        :data:`OWN_CORE_SPIN_MS` are polled. A loop that shares its cores with the engine (not
+        pinned: the engine's prefill gets every core) wakes up to 3.9 ms late at p99
+        (docs/REFERENCE.md, "Measured on the development machine"): it is woken
+        :data:`SHARED_CORE_SPIN_MS` early and polls from there, so a fallback is not late for
+        it; the polling costs that much CPU only in cycles that run to their give-up time.
+        """
+        if self.loop_cpus or self.loop_priority > 0:
+            return OWN_CORE_SPIN_MS
+        return SHARED_CORE_SPIN_MS
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "loop_cpus": list(self.loop_cpus),

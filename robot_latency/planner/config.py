@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.planner.fallback import FALLBACK_NAMES
+from robot_latency.planner.margin import MarginSettings
 
 MODES = ("periodic", "event")
+ON_NEW_COMMAND = ("queue", "preempt")
 
 
 class ConfigError(RobotLatencyError, ValueError):
@@ -32,6 +34,17 @@ class PlannerConfig:
         hold_max_age_ms: ``hold`` repeats the last valid plan only while younger than this.
         mailbox_capacity: commands waiting at most; the oldest is dropped beyond it.
         grammar: constrain decoding with the output contract's grammar (the profile's).
+        transport_margin_ms: time kept before the deadline, on top of ``publish_margin_ms``,
+            for the plan to cross the middleware to its receiver; < 0: measured by the ROS node
+            (loopback at start-up, then its own plans), between the floor and the cap below
+            (:mod:`robot_latency.planner.margin`); 0: none (the CLI's ``run``, no middleware).
+        transport_margin_floor_ms: the measured transport margin never goes below this.
+        transport_margin_cap_ms: nor above this, nor above a quarter of what the deadline leaves
+            after ``publish_margin_ms`` (the margin until enough samples arrived).
+        on_new_command: what a command arriving while the model works on an older one does:
+            ``queue`` (it waits for the older cycle to end) or ``preempt`` (the older generation
+            is aborted at once and its command recorded as superseded; the newer one is planned
+            with its full budget). Event mode only: a periodic tick already plans the newest.
     """
 
     period_ms: float = 200.0
@@ -44,6 +57,10 @@ class PlannerConfig:
     hold_max_age_ms: float = 1000.0
     mailbox_capacity: int = 16
     grammar: bool = True
+    transport_margin_ms: float = 0.0
+    transport_margin_floor_ms: float = 1.0
+    transport_margin_cap_ms: float = 50.0
+    on_new_command: str = "queue"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -69,6 +86,15 @@ class PlannerConfig:
             raise bad("hold_max_age_ms", "must be >= 0")
         if self.mailbox_capacity < 1:
             raise bad("mailbox_capacity", "must be >= 1")
+        if not 0 <= self.transport_margin_floor_ms <= self.transport_margin_cap_ms:
+            raise bad("transport_margin_floor_ms",
+                      f"must be >= 0 and <= transport_margin_cap_ms="
+                      f"{self.transport_margin_cap_ms!r}")
+        if self.publish_margin_ms + max(0.0, self.transport_margin_ms) >= self.deadline_ms:
+            raise bad("transport_margin_ms", "plus publish_margin_ms must stay below "
+                                             f"deadline_ms={self.deadline_ms!r}")
+        if self.on_new_command not in ON_NEW_COMMAND:
+            raise bad("on_new_command", f"must be one of {ON_NEW_COMMAND}")
 
     @property
     def period_ns(self) -> int:
@@ -79,6 +105,13 @@ class PlannerConfig:
     def deadline_ns(self) -> int:
         """The deadline in ns from the scheduled start."""
         return round(self.deadline_ms * 1e6)
+
+    def margin_settings(self) -> MarginSettings:
+        """The transport margin's settings (see :mod:`robot_latency.planner.margin`)."""
+        return MarginSettings(fixed_ms=self.transport_margin_ms,
+                              floor_ms=self.transport_margin_floor_ms,
+                              cap_ms=min(self.transport_margin_cap_ms,
+                                         (self.deadline_ms - self.publish_margin_ms) / 4))
 
     @property
     def margin_ns(self) -> int:

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
@@ -27,9 +27,16 @@ from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
+from robot_latency.planner.margin import TransportMargin
 from robot_latency.records import CycleRecord, RecordError
 
 log = logging.getLogger(__name__)
+
+#: How long, after a cycle's plan is published, the loop waits at most for the aborted
+#: generation's partial trace (its phases so far) before it writes the record without them. In
+#: periodic mode never past the next tick. The wait costs the next cycle nothing it would not
+#: spend anyway: the engine worker cannot start its request before it has answered this one.
+PARTIAL_TRACE_WAIT_NS = 200_000_000
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
@@ -40,16 +47,39 @@ class RunOutcome:
     """What a runner got from the engine for one request."""
 
     trace: GenerationTrace | None
-    status: str  # "ok", "timeout" (not done by the give-up time), "error", "unavailable"
+    status: str  # "ok", "timeout" (not done by the give-up time), "error", "unavailable",
+    #              "preempted" (a newer command arrived; on_new_command: preempt)
     error: str | None = None
+    wait_ns: int = 0  # waited for the worker to finish a request aborted earlier
+
+
+Interrupt = Callable[[], bool]
 
 
 class Runner(Protocol):
-    """Runs one generation for the loop, giving up at a time the loop chooses."""
+    """Runs one generation for the loop, giving up at a time the loop chooses.
 
-    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome: ...
+    ``interrupt``: polled while the generation runs; when it returns True the generation is
+    aborted at once and the outcome is ``preempted`` (a newer command arrived).
+    """
+
+    def run(self, request: GenerationRequest, *, give_up_ns: int,
+            interrupt: Interrupt | None = None) -> RunOutcome: ...
 
     def info(self) -> dict[str, Any]: ...
+
+
+class _AbortWhen:
+    """An abort signal that is set when the loop's interrupt says so."""
+
+    def __init__(self, interrupt: Interrupt) -> None:
+        self.interrupt = interrupt
+        self.fired = False
+
+    def is_set(self) -> bool:
+        if not self.fired and self.interrupt():
+            self.fired = True
+        return self.fired
 
 
 class InlineRunner:
@@ -64,14 +94,18 @@ class InlineRunner:
         self.engine = engine
         self.clock = clock
 
-    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
+    def run(self, request: GenerationRequest, *, give_up_ns: int,
+            interrupt: Interrupt | None = None) -> RunOutcome:
+        abort = _AbortWhen(interrupt) if interrupt is not None else None
         try:
-            trace = self.engine.generate(request)
+            trace = self.engine.generate(request, abort=abort)
         except Exception as err:  # a broken engine must not stop the loop
             log.warning("engine %s raised: %r", getattr(self.engine, "name", "?"), err)
             return RunOutcome(None, "error", f"{type(err).__name__}: {err}")
         if trace.stop_reason is StopReason.ERROR:
             return RunOutcome(trace, "error", trace.error)
+        if abort is not None and abort.fired:
+            return RunOutcome(trace, "preempted")
         if self.clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE,
                                                              StopReason.ABORTED):
             return RunOutcome(trace, "timeout")
@@ -79,6 +113,26 @@ class InlineRunner:
 
     def info(self) -> dict[str, Any]:
         return {"runner": "inline", **self.engine.info()}
+
+
+def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
+    """Return what ``trace`` had done by ``cut_ns`` (when the loop gave up on it).
+
+    An aborted generation answers a little after the give-up: tokens and prefill chunks
+    stamped after it are left out, and a prefill still running then counts up to it
+    (``phases_extra_ns["prefill"]``), so the record shows where the budget went, not what
+    the engine did after nobody was waiting.
+    """
+    keep = sum(1 for t in trace.token_ns if t <= cut_ns)
+    chunks = [t for t in trace.prefill_chunk_ns if t <= cut_ns]
+    extra = dict(trace.phases_extra_ns)
+    cut_prefill = len(chunks) < len(trace.prefill_chunk_ns) or (
+        not trace.prefill_chunk_ns and "prefill" in extra)
+    if cut_prefill and trace.tokenized_ns is not None and trace.tokenized_ns <= cut_ns:
+        chunks = []  # the prefill did not finish by the give-up: one partial total instead
+        extra["prefill"] = min(extra.get("prefill", cut_ns), cut_ns - trace.tokenized_ns)
+    return replace(trace, token_ns=trace.token_ns[:keep], tokens=trace.tokens[:keep],
+                   prefill_chunk_ns=chunks, phases_extra_ns=extra)
 
 
 def _sleep_until_factory(clock: Clock) -> Callable[[int], None]:
@@ -136,12 +190,22 @@ class PlannerLoop:
         self.max_tokens = config.max_tokens or self.planning.max_tokens
         self._state: str | None = None
         self.cycles_run = 0
+        self._partial_pending = False
+        self._given_up_ns = 0
+        self._waited_to_give_up = False
+        #: how long the loop waits, after the publish, for an aborted generation's trace
+        self.partial_trace_wait_ns = PARTIAL_TRACE_WAIT_NS
         self.next_cycle = 0  # cycle ids run on across calls of the run_* methods
         self.sink_errors = 0
         self._current: InboundCommand | None = None
         self._last_command_id: str | None = None
         self._last_plan: dict[str, Any] | None = None
         self._last_plan_ns: int | None = None
+        #: the transport margin (fixed, or measured from samples the ROS node adds)
+        self.transport = TransportMargin(config.margin_settings())
+        #: set by the driver of an event-mode run with on_new_command=preempt: True while a
+        #: newer command waits (the running generation is then aborted)
+        self.newer_command_waiting: Interrupt | None = None
 
     # --- one cycle ---------------------------------------------------------------------------
     def _command_problem(self, text: str) -> str | None:
@@ -160,7 +224,9 @@ class PlannerLoop:
         cfg = self.config
         started = self.clock()
         deadline = scheduled_ns + cfg.deadline_ns
-        give_up = deadline - cfg.margin_ns
+        margin = cfg.margin_ns + self.transport.margin_ns()
+        give_up = deadline - margin
+        self._waited_to_give_up = False
         # Reaction latency belongs to the first cycle that plans a command; later ticks that
         # re-plan the same command (periodic mode) are not reactions to it.
         first_for_command = command is not None and command.command_id != self._last_command_id
@@ -168,7 +234,7 @@ class PlannerLoop:
                           deadline_ns=deadline, started_ns=started, mode=cfg.mode,
                           command_id=command.command_id if command else None,
                           command_arrival_ns=command.arrival_ns if first_for_command else None,
-                          floor=self.floor)
+                          floor=self.floor, margin_ns=margin)
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
@@ -189,6 +255,15 @@ class PlannerLoop:
             state = command.state if command is not None and command.state is not None \
                 else self._state
             plan, reason = self._ask_model(rec, text, state, give_up)
+        if reason == "superseded":
+            # on_new_command=preempt: a newer command arrived and the generation was aborted.
+            # The older command gets no plan of its own (the newer one's follows at once); its
+            # cycle is recorded as superseded, a miss, with the phases it ran.
+            rec.plan_source, rec.fallback_reason = "none", "superseded"
+            self._collect_partial(rec)
+            self._write(rec)
+            self.cycles_run += 1
+            return rec
         if plan is None:
             t0 = self.clock()
             policy, plan = self.fallback.answer(FallbackContext(
@@ -204,8 +279,8 @@ class PlannerLoop:
         envelope = {
             "cycle": cycle, "command_id": rec.command_id, "source": rec.plan_source,
             "fallback_reason": rec.fallback_reason, "plan": plan,
-            "deadline_met": published <= deadline, "e2e_ms": (published - scheduled_ns) / 1e6,
-            "deadline_ms": self.config.deadline_ns / 1e6,
+            "deadline_met": published <= deadline, "cycle_ms": (published - scheduled_ns) / 1e6,
+            "deadline_ms": self.config.deadline_ns / 1e6, "margin_ms": margin / 1e6,
         }
         try:
             self.publish(envelope)
@@ -213,6 +288,11 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
+        if self._waited_to_give_up and self.transport.measured:
+            # how far the loop itself ate into the transport margin after waking at its give-up
+            # time (wake-up, fallback); not a cycle that started late (that is queueing)
+            self.transport.add_loop_excess(published - (deadline - (margin - cfg.margin_ns)))
+        self._collect_partial(rec)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
             self._last_plan, self._last_plan_ns = plan, published
         self._write(rec)
@@ -230,10 +310,19 @@ class PlannerLoop:
         request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
                                     max_tokens=self.max_tokens, deadline_ns=give_up_ns,
                                     grammar=self.grammar, stop=self.planning.stop)
-        outcome = self.runner.run(request, give_up_ns=give_up_ns)
+        interrupt = self.newer_command_waiting \
+            if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
+        outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         trace = outcome.trace
+        self._partial_pending = trace is None and outcome.status in ("timeout", "preempted")
+        self._waited_to_give_up = outcome.status == "timeout"
+        self._given_up_ns = self.clock()
         if trace is not None:
             self._copy_trace(rec, trace)
+        if outcome.wait_ns:
+            rec.phases_ns["worker_wait"] = outcome.wait_ns
+        if outcome.status == "preempted":
+            return None, "superseded"
         if outcome.status == "error":
             rec.engine_error = outcome.error
             return None, "engine_error"
@@ -250,6 +339,30 @@ class PlannerLoop:
             rec.engine_error = f"invalid plan: {err}"
             return None, "invalid_output"
         return plan, None
+
+    def _collect_partial(self, rec: CycleRecord) -> None:
+        """Copy the partial trace of a generation given up on into its record.
+
+        Called after the plan is published, so it costs no cycle its deadline: the worker's
+        engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort
+        latency during a long prefill") with the trace so far (prefill chunks, tokens), later
+        on a loaded machine where the niced worker waits for a core. Waits at most
+        :attr:`partial_trace_wait_ns` (and in periodic mode not past the next tick); a worker
+        that does not answer by then is the next cycle's to wait for, and the record keeps what
+        it has.
+        """
+        if not self._partial_pending:
+            return
+        self._partial_pending = False
+        collect = getattr(self.runner, "collect_aborted", None)
+        if collect is None:
+            return
+        until = self.clock() + self.partial_trace_wait_ns
+        if self.config.mode == "periodic":
+            until = min(until, rec.scheduled_ns + self.config.period_ns)
+        trace = collect(until)
+        if trace is not None:
+            self._copy_trace(rec, clip_trace(trace, self._given_up_ns))
 
     @staticmethod
     def _copy_trace(rec: CycleRecord, trace: GenerationTrace) -> None:
@@ -326,16 +439,29 @@ class PlannerLoop:
         """Event mode: each command starts a cycle at its arrival (commands in arrival order).
 
         A command whose deadline passed before the loop was free is recorded as a skipped miss.
-        Returns the number of cycles recorded.
+        With ``on_new_command: preempt``, a command that arrives while the model works on the
+        previous one aborts that generation (the previous command is recorded as superseded):
+        for a list of commands the loop sees the next arrival time itself; a live source (an
+        iterator) sets :attr:`newer_command_waiting`. Returns the number of cycles recorded.
         """
         n = 0
-        for command in commands:
+        listed = list(commands) if isinstance(commands, (list, tuple)) else None
+        own_interrupt = (listed is not None and self.config.on_new_command == "preempt"
+                         and self.newer_command_waiting is None)
+        for i, command in enumerate(listed if listed is not None else commands):
             if should_stop is not None and should_stop():
                 break
+            if own_interrupt:
+                assert listed is not None
+                nxt = listed[i + 1].arrival_ns if i + 1 < len(listed) else None
+                self.newer_command_waiting = (
+                    None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
             if self.clock() >= command.arrival_ns + self.config.deadline_ns:
                 self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id)
             else:
                 self.run_cycle(self._take_cycle_id(), command.arrival_ns, command)
             n += 1
+        if own_interrupt:
+            self.newer_command_waiting = None
         return n

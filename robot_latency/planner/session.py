@@ -217,7 +217,8 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         runner = ProcessRunner(cfg.engine, cfg.engine_options,
                                hang_timeout_ms=cfg.hang_timeout_ms, clock=clock,
                                worker_nice=cfg.cpu.engine_nice,
-                               worker_cpus=cfg.cpu.resolved_engine_cpus())
+                               worker_cpus=cfg.cpu.resolved_engine_cpus(),
+                               spin_ms=cfg.cpu.spin_ms)
         runner.start()
         return runner
     except (EngineError, RuntimeError) as err:
@@ -418,6 +419,7 @@ class PlannerRun:
         summary["mailbox"] = self.loop.mailbox.counters()
         summary["engine_restarts"] = getattr(self.runner, "restarts", 0)
         summary["records_not_written"] = self.loop.sink_errors
+        summary["transport_margin"] = self.loop.transport.summary()
         write_summary(summary, self.log_dir / "summary.json")
         self._write_manifest(status="finished")
         return summary

@@ -25,9 +25,12 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
-from robot_latency.planner.loop import RunOutcome
+from robot_latency.planner.loop import Interrupt, RunOutcome
 
 log = logging.getLogger(__name__)
+
+#: How often a generation that a newer command may preempt checks for one (ns).
+INTERRUPT_POLL_NS = 2_000_000
 
 
 class AbortFlag:
@@ -280,12 +283,62 @@ class ProcessRunner:
         self.events.append((self.clock(), "worker free after the aborted request"))
         return True
 
-    def run(self, request: GenerationRequest, *, give_up_ns: int) -> RunOutcome:
+    def run(self, request: GenerationRequest, *, give_up_ns: int,
+            interrupt: Interrupt | None = None) -> RunOutcome:
         """Send ``request`` to the worker; wait at most until ``give_up_ns``.
 
         A worker still finishing a request aborted in an earlier cycle is waited for within
-        this budget; only a worker not free by ``give_up_ns`` gives ``unavailable``.
+        this budget (the outcome's ``wait_ns``); only a worker not free by ``give_up_ns`` gives
+        ``unavailable``. ``interrupt`` is polled every :data:`INTERRUPT_POLL_NS` while the
+        generation runs: when it says so, the generation is aborted (``preempted``).
         """
+        t0 = self.clock()
+        waited = self._wait_free_ns(give_up_ns)
+        if waited is None:
+            return RunOutcome(None, "unavailable", "engine still busy with an earlier cycle",
+                              wait_ns=self.clock() - t0)
+        outcome = self._run(request, give_up_ns, interrupt)
+        outcome.wait_ns = waited
+        return outcome
+
+    def _wait_free_ns(self, give_up_ns: int) -> int | None:
+        """Wait for a worker still finishing an aborted request; return the ns waited (None:
+        not free by ``give_up_ns``)."""
+        if self._proc is None or self._conn is None or self._loading:
+            return 0
+        if not self._proc.is_alive():
+            return 0
+        self._drain_late()
+        if self._busy_seq is None or self._loading:
+            return 0
+        t0 = self.clock()
+        if not self._wait_free(give_up_ns):
+            return None
+        return self.clock() - t0
+
+    def collect_aborted(self, until_ns: int) -> GenerationTrace | None:
+        """Return the partial trace of the request given up on last, waiting until ``until_ns``.
+
+        The worker answers an abort with the trace so far (its prefill chunks and the tokens it
+        produced); None when it has not answered by then (it stays busy: the next cycle waits
+        for it) or answered with an error.
+        """
+        if self._busy_seq is None or self._conn is None:
+            return None
+        try:
+            while self._busy_seq is not None:
+                if not self._wait_ready(until_ns):
+                    return None
+                msg = self._conn.recv()
+                if msg[0] in ("trace", "error") and msg[1] == self._busy_seq:
+                    self._busy_seq = None
+                    return GenerationTrace.from_dict(msg[2]) if msg[0] == "trace" else None
+        except (EOFError, OSError):
+            return None  # the next cycle notices the dead worker and restarts it
+        return None
+
+    def _run(self, request: GenerationRequest, give_up_ns: int,
+             interrupt: Interrupt | None) -> RunOutcome:
         if self._proc is None or self._conn is None:
             self._restart("no worker")
         assert self._proc is not None and self._conn is not None
@@ -317,17 +370,19 @@ class ProcessRunner:
             return RunOutcome(None, "unavailable", "engine worker was restarted")
         while True:
             try:
-                ready = self._wait_ready(give_up_ns)
+                ready = self._wait_ready(give_up_ns, interrupt)
                 msg = self._conn.recv() if ready else None
             except (EOFError, OSError):
                 code = self._proc.exitcode if self._proc is not None else None
                 self._restart(f"worker died mid-generation (exit code {code})")
                 return RunOutcome(None, "error", f"engine worker died (exit code {code})")
             if msg is None:
-                # Not done in time: ask the engine to stop, keep the slot busy until it answers.
+                # Not done in time, or a newer command preempts it: ask the engine to stop,
+                # keep the slot busy until it answers (collect_aborted takes its trace).
                 self._abort.set()
-                self._busy_seq, self._busy_give_up_ns = seq, give_up_ns
-                return RunOutcome(None, "timeout")
+                self._busy_seq, self._busy_give_up_ns = seq, self.clock()
+                preempted = interrupt is not None and self.clock() < give_up_ns
+                return RunOutcome(None, "preempted" if preempted else "timeout")
             kind, got_seq, payload = msg
             if got_seq != seq:
                 continue  # a stale answer from an aborted request
@@ -341,20 +396,27 @@ class ProcessRunner:
                 return RunOutcome(trace, "timeout")
             return RunOutcome(trace, "ok")
 
-    def _wait_ready(self, give_up_ns: int) -> bool:
+    def _wait_ready(self, give_up_ns: int, interrupt: Interrupt | None = None) -> bool:
         """Wait for the worker's answer until ``give_up_ns``; True when one is ready.
 
         ``Connection.poll`` rounds its timeout up to whole milliseconds (poll(2)), so a plain
         poll wakes up to 1 ms late. Sleep in poll until ``spin_ns`` before the give-up time,
         then poll without blocking until it: the loop's thread wakes within microseconds.
+        With ``interrupt``, the sleeps last at most :data:`INTERRUPT_POLL_NS` and the wait ends
+        (False) as soon as it returns True.
         """
         assert self._conn is not None
         while True:
             remaining = give_up_ns - self.clock()
             if remaining <= 0:
                 return bool(self._conn.poll(0))
+            if interrupt is not None and interrupt():
+                return bool(self._conn.poll(0))
             if remaining > self.spin_ns:
-                if self._conn.poll((remaining - self.spin_ns) / 1e9):
+                sleep_ns = remaining - self.spin_ns
+                if interrupt is not None:
+                    sleep_ns = min(sleep_ns, INTERRUPT_POLL_NS)
+                if self._conn.poll(sleep_ns / 1e9):
                     return True
                 continue
             if self._conn.poll(0):

@@ -195,6 +195,34 @@ class EdgeComparison:
     summary: dict[str, Any]
 
 
+#: A receiver miss rate more than this above the planner's flags the run (2 points: the target
+#: of the transport margin, README "Reaction time at the client edge").
+RECEIVER_EXCESS_FLAG = 0.02
+
+
+def receiver_vs_planner(records: Sequence[CycleRecord],
+                        client: dict[str, Any]) -> dict[str, Any]:
+    """Return the planner's deadline-miss rate beside the receiver's, and whether it is above.
+
+    The planner's rate is over the cycles that planned a command (skipped and superseded ones
+    included: they are misses too); ``receiver_excess_pts`` is the difference in percentage
+    points. ``receiver_misses_exceed_planner`` is True when the receiver missed more than the
+    planner: plans that were on time where they were published and late where they arrived
+    (the transport margin too small for the transport's tail).
+    """
+    planned = [r for r in records if r.command_id is not None]
+    misses = sum(1 for r in planned if not r.deadline_met)
+    planner_rate = misses / len(planned) if planned else None
+    receiver_rate = client.get("receiver_miss_rate")
+    excess = (None if planner_rate is None or receiver_rate is None
+              else receiver_rate - planner_rate)
+    return {"planner_cycles": len(planned), "planner_deadline_misses": misses,
+            "planner_miss_rate": planner_rate,
+            "receiver_excess_pts": None if excess is None else 100 * excess,
+            "receiver_misses_exceed_planner": excess is not None and excess > 0,
+            "receiver_excess_flagged": excess is not None and excess > RECEIVER_EXCESS_FLAG}
+
+
 def compare_edges(label: str, records: Sequence[CycleRecord],
                   client: Sequence[ClientRecord]) -> EdgeComparison:
     """Join a run's records and its client log by ``command_id``.
@@ -224,6 +252,7 @@ def compare_edges(label: str, records: Sequence[CycleRecord],
         cmd_leg.append((rec.command_arrival_ns - row.sent_ns) / 1e6)
         plan_leg.append((row.received_ns - rec.published_ns) / 1e6)
     summary = client_summary(client)
+    summary.update(receiver_vs_planner(records, summary))
     summary["reaction_planner_ms"] = distribution(planner).to_dict()
     summary["transport_ms"] = distribution(transport).to_dict()
     summary["command_leg_ms"] = distribution(cmd_leg).to_dict()
@@ -241,13 +270,15 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
         return []
     header = ["configuration", "planner p50/p99 ms (n)", "client p50/p90/p99/max ms (n)",
               "transport+executor p50/p99/max ms (n)", "receiver miss rate [95% CI]",
-              "superseded / never", "unmatched plans"]
+              "superseded / never", "unmatched plans", "planner miss rate"]
     lines = ["## Reaction time at the client edge", "",
              "Command sent (bag_replayer) to its plan received by the replayer's subscriber, "
              "against the planner's own arrival-to-publish time; the difference is DDS both "
              "ways, serialisation and both executors. " + SAME_HOST_CLOCK_NOTE[0].upper()
              + SAME_HOST_CLOCK_NOTE[1:] + ". A receiver miss is a command without its own plan "
-             "within the deadline.", "",
+             "within the deadline; the planner miss rate is the planner's own deadline misses "
+             "over its cycles for a command. A receiver rate above the planner's means plans on "
+             "time where they were published arrived late: flagged below.", "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for e in edges:
         s = e.summary
@@ -260,8 +291,27 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
             e.label, f"{_f(p['p50'])} / {_f(p['p99'])} ({p['n']})",
             f"{_f(c['p50'])} / {_f(c['p90'])} / {_f(c['p99'])} / {_f(c['max'])} ({c['n']})",
             f"{_f(t['p50'], '.2f')} / {_f(t['p99'], '.2f')} / {_f(t['max'], '.2f')} ({t['n']})",
-            miss, f"{s['superseded']} / {s['unanswered']}", str(s["plans_unmatched"])]) + " |")
-    return [*lines, ""]
+            miss, f"{s['superseded']} / {s['unanswered']}", str(s["plans_unmatched"]),
+            _planner_rate(s)]) + " |")
+    flagged = [e for e in edges if e.summary.get("receiver_misses_exceed_planner")]
+    lines.append("")
+    for e in flagged:
+        s = e.summary
+        mark = "**WARNING**" if s.get("receiver_excess_flagged") else "note"
+        lines.append(
+            f"- {mark}: {e.label}: the receiver missed more than the planner "
+            f"({100 * s['receiver_miss_rate']:.1f}% against {100 * s['planner_miss_rate']:.1f}%, "
+            f"+{s['receiver_excess_pts']:.1f} points): plans on time where they were published "
+            "arrived late; the transport margin did not cover the transport's tail.")
+    return [*lines, ""] if flagged else lines
+
+
+def _planner_rate(s: dict[str, Any]) -> str:
+    rate = s.get("planner_miss_rate")
+    if rate is None:
+        return "-"
+    flag = " ⚠" if s.get("receiver_excess_flagged") else ""
+    return f"{100 * rate:.1f}%{flag}"
 
 
 def plot_reaction_cdf(edges: Sequence[EdgeComparison],

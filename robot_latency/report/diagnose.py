@@ -15,22 +15,25 @@ Every cycle that is either kind of miss is attributed to exactly one cause, by t
 that matches, in this order (thresholds are module constants):
 
 1. ``skipped``: the cycle was skipped (the loop was still busy with an earlier one).
-2. ``engine_fault``: ``engine_error`` is set, or the fallback reason is ``engine_error`` or
+2. ``superseded``: a newer command preempted the generation (``on_new_command: preempt``); the
+   command got no plan of its own.
+3. ``engine_fault``: ``engine_error`` is set, or the fallback reason is ``engine_error`` or
    ``engine_unavailable``.
-3. ``host_steal``: a hypervisor stopped this virtual machine during the cycle
+4. ``host_steal``: a hypervisor stopped this virtual machine during the cycle
    (``host_steal_ns``, Linux's steal counter): at least as long as the plan was late (a late
    publish), or for over :data:`STEAL_SHARE` of the deadline budget (a model miss). Nothing
    inside the guest causes or prevents it; a Jetson never shows it.
-4. ``publish_late``: published late although the model's last token came by the deadline; the
+5. ``publish_late``: published late although the model's last token came by the deadline; the
    time went after the model (parsing, grammar, fallback, publishing), not in it.
-5. ``queueing``: the queue wait (scheduled to started) exceeds :data:`QUEUE_SHARE` of the
-   deadline budget.
-6. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
+6. ``queueing``: the queue wait (scheduled to started, plus ``worker_wait``: the engine worker
+   still finishing an earlier, aborted generation) exceeds :data:`QUEUE_SHARE` of the deadline
+   budget.
+7. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
    inter-token gap.
-7. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
+8. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
    or no token came at all before the cycle gave up (the whole budget went before the first
    token).
-8. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
+9. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
 
 The deadline budget is each record's own (``deadline_ns - scheduled_ns``) unless ``deadline_ms``
 is given.
@@ -51,8 +54,8 @@ from robot_latency.records import CycleRecord
 log = logging.getLogger(__name__)
 
 #: Causes a miss is attributed to, in rule order.
-CAUSES = ("skipped", "engine_fault", "host_steal", "publish_late", "queueing", "stall",
-          "prefill_too_long", "decode_too_slow")
+CAUSES = ("skipped", "superseded", "engine_fault", "host_steal", "publish_late", "queueing",
+          "stall", "prefill_too_long", "decode_too_slow")
 
 #: Fallback reasons that mean the model did not deliver (a "model miss").
 MODEL_MISS_REASONS = ("deadline", "engine_error", "engine_unavailable")
@@ -77,8 +80,8 @@ VERDICT_TIGHT = "tight tail: E2E and TPOT p99/p50 are both small"
 VERDICT_NO_DATA = "not enough data (needs E2E and TPOT samples)"
 
 #: Phases in the order they run in a cycle; others follow alphabetically.
-PHASE_ORDER = ("queue", "tokenize", "prefill", "decode", "grammar", "abort", "fallback",
-               "publish")
+PHASE_ORDER = ("queue", "worker_wait", "tokenize", "prefill", "decode", "grammar", "abort",
+               "fallback", "publish")
 
 #: Quantile buckets per length axis (fewer when there are fewer distinct lengths).
 N_BUCKETS = 4
@@ -164,6 +167,11 @@ class MissCause:
     deadline_miss: bool
     model_miss: bool
     cause: str
+    #: the cycle's time by part (top-level phases, ms), what was left unaccounted for up to
+    #: the publish (``other``), and the tokens the model had produced when it was given up
+    parts_ms: dict[str, float] = field(default_factory=dict)
+    tokens_out: int = 0
+    cycle_ms: float | None = None
 
 
 @dataclass
@@ -280,6 +288,8 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
     budget = deadline_ns if deadline_ns is not None else rec.deadline_budget_ns
     if rec.skipped or rec.fallback_reason == "skipped":
         return "skipped"
+    if rec.fallback_reason == "superseded":
+        return "superseded"
     if rec.engine_error or rec.fallback_reason in ("engine_error", "engine_unavailable"):
         return "engine_fault"
     if rec.host_steal_ns and rec.published_ns is not None:
@@ -294,6 +304,8 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
     queue = rec.queue_wait_ns
     if queue is None:
         queue = rec.phases_ns.get("queue")
+    if queue is not None:
+        queue += rec.phases_ns.get("worker_wait", 0)  # behind an earlier, aborted generation
     if queue is not None and budget > 0 and queue > QUEUE_SHARE * budget:
         return "queueing"
     if median_itl_ns is not None and median_itl_ns > 0:
@@ -305,6 +317,25 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
     if not rec.token_ns:
         return "prefill_too_long"  # the whole budget went before a first token
     return "decode_too_slow"
+
+
+def miss_parts_ms(rec: CycleRecord) -> dict[str, float]:
+    """Split a cycle's time into its parts (ms), in cycle order.
+
+    The top-level phases (``sample``/``grammar`` are inside ``decode``); ``other`` is the
+    cycle time (scheduled to published) the phases do not cover: prompt building, the pipe to
+    the engine worker, the wake-up. A cycle given up on holds the phases its engine ran until
+    the loop gave up (queue, prefill, decode so far).
+    """
+    from robot_latency.report.phases import top_level_phases
+
+    top = top_level_phases({k: int(v) for k, v in rec.phases_ns.items() if v is not None})
+    parts = {name: top[name] / 1e6 for name in ordered_phases(top)}
+    if rec.cycle_ns is not None:
+        other = rec.cycle_ns - sum(v for k, v in top.items() if k != "publish")
+        if other > 0:
+            parts["other"] = other / 1e6
+    return parts
 
 
 def diagnose(records: Sequence[CycleRecord], *, deadline_ms: float | None = None) -> Diagnosis:
@@ -325,7 +356,9 @@ def diagnose(records: Sequence[CycleRecord], *, deadline_ms: float | None = None
         dm, mm = is_deadline_miss(rec), is_model_miss(rec)
         if dm or mm:
             misses.append(MissCause(rec.cycle, dm, mm, attribute_cause(
-                rec, median_itl_ns=median_itl_ns, deadline_ns=budget_ns)))
+                rec, median_itl_ns=median_itl_ns, deadline_ns=budget_ns),
+                miss_parts_ms(rec), rec.tokens_out,
+                None if rec.cycle_ns is None else rec.cycle_ns / 1e6))
 
     def count(selected: list[MissCause]) -> dict[str, int]:
         c = Counter(m.cause for m in selected)

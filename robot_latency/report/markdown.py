@@ -79,6 +79,23 @@ def _buckets(title: str, buckets: Sequence[Bucket]) -> list[str]:
                                       "E2E p50 ms", "E2E p99 ms", "E2E n"], rows), ""]
 
 
+#: Misses listed with their parts per run.
+SLOWEST_MISSES = 10
+
+
+def _slowest_misses(diag: Diagnosis) -> list[str]:
+    """The slowest misses, each split into its parts (ms) and the tokens it had produced."""
+    misses = sorted(diag.misses, key=lambda m: -(m.cycle_ms or 0.0))[:SLOWEST_MISSES]
+    if not misses:
+        return []
+    rows = [[str(m.cycle), m.cause, "deadline" if m.deadline_miss else "model",
+             _f(m.cycle_ms, ".1f"),
+             ", ".join(f"{k} {v:.1f}" for k, v in m.parts_ms.items()) or "-",
+             str(m.tokens_out)] for m in misses]
+    return [f"Slowest misses ({len(misses)} of {len(diag.misses)}), by part:", "",
+            *_table(["cycle", "cause", "miss", "cycle ms", "parts (ms)", "tokens"], rows), ""]
+
+
 def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
     t = diag.tail
     lines = [f"### {run.label}", ""]
@@ -102,6 +119,7 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
         lines += ["Miss causes:", "",
                   *_table(["cause", "deadline misses", "model misses", "all (once each)"], rows),
                   ""]
+        lines += _slowest_misses(diag)
     else:
         lines += ["No misses to attribute.", ""]
     if diag.phases:
@@ -143,7 +161,8 @@ def render_report(runs: Sequence[RunData], table_md: str,
         if path is not None:
             lines += [f"![{_PLOT_TITLES.get(name, name)}]({name})", ""]
     lines += ["## Tail diagnosis", "",
-              "Each miss is attributed to the first matching cause: skipped; engine_fault; "
+              "Each miss is attributed to the first matching cause: skipped; superseded (a newer "
+              "command preempted it); engine_fault; "
               "host_steal (a hypervisor stopped the machine for at least the lateness, or for "
               f"> {STEAL_SHARE:.0%} of the deadline); publish_late (the model's last token "
               "came in time, the plan went out late); "

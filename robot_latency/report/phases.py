@@ -4,6 +4,7 @@ A record holds each phase's total (``phases_ns``), not its start. The layout put
 the cycle's timeline from the timestamps the record does hold:
 
     queue      scheduled_ns .. started_ns
+    worker_wait  from started_ns: the engine worker still finishing an earlier, aborted request
     tokenize, prefill, decode   back to back, ending at the last token when there is one
                                 (decode ends at ``token_ns[-1]``), else from ``started_ns``
     abort      after the engine phases
@@ -84,6 +85,8 @@ def cycle_spans(rec: CycleRecord) -> list[PhaseSpan]:
     if "queue" in top:
         place("queue", rec.scheduled_ns)
     cursor = max(cursor, started)
+    if "worker_wait" in top:
+        place("worker_wait", cursor)
     engine = [p for p in ENGINE_PHASES if p in top]
     engine_total = sum(top[p] for p in engine)
     if rec.token_ns and "decode" in top:
@@ -99,7 +102,7 @@ def cycle_spans(rec: CycleRecord) -> list[PhaseSpan]:
         place("fallback", end - top["fallback"])
     if "publish" in top:
         place("publish", rec.published_ns if rec.published_ns is not None else cursor)
-    known = {"queue", "abort", "fallback", "publish", *ENGINE_PHASES}
+    known = {"queue", "worker_wait", "abort", "fallback", "publish", *ENGINE_PHASES}
     for name in sorted(set(top) - known):
         place(name, cursor)
     # Children, parents first (decode before sample before grammar), back to back in the parent.

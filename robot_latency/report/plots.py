@@ -214,14 +214,21 @@ def plot_phase_timeline(runs: Runs,
             ax.axvline(d, color="red", linestyle="--", linewidth=1.2,
                        label=None if "deadline" in shown else "deadline")
             shown.add("deadline")
-        ax.set_yticks(y, [f"#{r.cycle}" + (" miss" if is_deadline_miss(r) else "")
-                          for r in recs], fontsize=7)
+        ax.set_yticks(y, [_timeline_label(r) for r in recs], fontsize=7)
         ax.set_ylabel("cycle")
         ax.set_title(f"{run.label}: {len(recs)} slowest cycles", fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1].set_xlabel("time since the scheduled start (ms)")
     fig.legend(loc="upper right", fontsize=7)
     return _save(fig, path)
+
+
+def _timeline_label(rec: CycleRecord) -> str:
+    """A timeline row's label: the cycle, whether it missed, why it fell back, its tokens."""
+    label = f"#{rec.cycle}" + (" miss" if is_deadline_miss(rec) else "")
+    if rec.fallback_reason is not None:
+        label += f" {rec.fallback_reason}"
+    return label + f" {rec.tokens_out} tok"
 
 
 def _colours(n: int) -> list[tuple[float, float, float, float]]:

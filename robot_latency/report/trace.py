@@ -8,9 +8,10 @@ One process per run directory (named by its label), with:
   (:func:`robot_latency.report.phases.cycle_spans`: ``sample`` and ``grammar`` inside ``decode``,
   never after it). A skipped cycle is a zero-length slice.
 - thread ``engine worker`` (tid 2): one slice per generation (tokenize to the last token), with
-  the engine's phases nested; ``generate (no trace)`` where the loop gave up on the engine before
-  it returned (from the cycle's start to the fallback); an instant where the engine reported an
-  error.
+  the engine's phases nested (a generation the loop gave up on shows what it ran until then:
+  the worker hands its partial trace over at the abort); ``generate (no trace)`` only where
+  no trace came back at all (a hung or dead worker), from the cycle's start to the fallback; an
+  instant where the engine reported an error.
 - thread ``client`` (tid 3), when the run has a ``client.jsonl``: an instant per plan received
   at the subscriber.
 - instant events (``"ph": "i"``, thread scope) on the loop's track: ``command`` at each new
@@ -119,7 +120,7 @@ def run_events(records: Sequence[CycleRecord], *, pid: int, label: str, origin_n
             top = [s for s in engine if s.depth == 0]
             x(ENGINE_TID, "generate", min(s.start_ns for s in top), max(s.end_ns for s in top),
               "engine", cycle=rec.cycle, tokens_in=rec.tokens_in, tokens_out=rec.tokens_out,
-              stop_reason=rec.stop_reason)
+              stop_reason=rec.stop_reason, fallback_reason=rec.fallback_reason)
             for s in engine:
                 x(ENGINE_TID, s.name, s.start_ns, s.end_ns, "engine", cycle=rec.cycle)
         elif rec.fallback_reason in ("deadline", "engine_error") and rec.started_ns is not None:

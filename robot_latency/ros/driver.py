@@ -102,6 +102,8 @@ class PlannerDriver:
             self._budget_applied.set()
         try:
             if self.loop.config.mode == "event":
+                if self.loop.config.on_new_command == "preempt":
+                    self.loop.newer_command_waiting = lambda: len(self.loop.mailbox) > 0
                 self.loop.run_events(self._events())
             else:
                 n = self.max_cycles or 2**62

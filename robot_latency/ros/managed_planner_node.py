@@ -41,12 +41,14 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from robot_latency.planner.loop import Runner
+from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.session import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import untag_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
+from robot_latency.ros.loopback import TransportProbe
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.params import PLANNER_PARAMS, ParamError, PlannerSettings, planner_settings
 from robot_latency.ros.planner_node import (
@@ -81,6 +83,8 @@ class ManagedPlannerNode(LifecycleNode):
         self.summaries: list[dict[str, Any]] = []
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         self._plan_pub: Any = None
+        self._probe: TransportProbe | None = None
+        self._transport: TransportMargin | None = None
         self._cycle_pub: Any = None
         self._sub: Any = None
         self._diag_timer: Any = None
@@ -142,6 +146,11 @@ class ManagedPlannerNode(LifecycleNode):
             String, COMMAND_TOPIC, self._on_command,
             QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
                        reliability=ReliabilityPolicy.RELIABLE))
+        # The transport margin outlives an activation: the start-up loopback is measured once.
+        self._transport = TransportMargin(cfg.planner.margin_settings())
+        if self._transport.measured:
+            transport = self._transport
+            self._probe = TransportProbe(self, PLAN_TOPIC, lambda: transport)
         self.get_logger().info(f"configured: engine {cfg.engine} ({cfg.label}) loaded, "
                                f"deadline {cfg.planner.deadline_ms:g} ms")
         return super().on_configure(state)
@@ -163,6 +172,8 @@ class ManagedPlannerNode(LifecycleNode):
         except RunError as err:
             super().on_deactivate(state)
             return self._refuse(f"activate failed: {err}")
+        if self._transport is not None:
+            driver.loop.transport = self._transport
         try:
             driver.start()
         except RunError as err:
@@ -221,7 +232,10 @@ class ManagedPlannerNode(LifecycleNode):
                 self.destroy_lifecycle_publisher(pub)
         if self._sub is not None:
             self.destroy_subscription(self._sub)
+        if self._probe is not None:
+            self._probe.destroy()
         self._plan_pub = self._cycle_pub = self._sub = None
+        self._probe, self._transport = None, None
         self.settings = None
 
     def _on_command(self, msg: String) -> None:
@@ -233,6 +247,8 @@ class ManagedPlannerNode(LifecycleNode):
         driver.submit(text, command_id)
 
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
+        if self._probe is not None:
+            self._probe.plan_published(envelope.get("cycle"))
         self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
 
     def _on_record(self, rec: CycleRecord) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from robot_latency.errors import RobotLatencyError
 from robot_latency.plan.profile import ProfileError
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
-from robot_latency.planner.config import MODES, ConfigError, PlannerConfig
+from robot_latency.planner.config import MODES, ON_NEW_COMMAND, ConfigError, PlannerConfig
 from robot_latency.planner.fallback import FALLBACK_NAMES
 from robot_latency.planner.session import RunConfig
 from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
@@ -196,6 +196,19 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           runtime=True),
     _spec("diagnostics_period_s", 1.0, "double", "how often /diagnostics is published (s)",
           low=0.05, high=3600.0, runtime=True),
+    _spec("on_new_command", _PC.on_new_command, "string",
+          "event mode: a command arriving while the model works on an older one waits "
+          "(queue) or aborts it, the older recorded as superseded (preempt)",
+          choices=ON_NEW_COMMAND),
+    _spec("transport_margin_ms", -1.0, "double",
+          "time kept before the deadline, on top of publish_margin_ms, for the plan to reach "
+          "its subscriber (ms); -1: measured (loopback over DDS at start-up, then the node's "
+          "own plans), between the floor and the cap", low=-1.0, high=60_000.0),
+    _spec("transport_margin_floor_ms", _PC.transport_margin_floor_ms, "double",
+          "the measured transport margin never goes below this (ms)", low=0.0, high=60_000.0),
+    _spec("transport_margin_cap_ms", _PC.transport_margin_cap_ms, "double",
+          "nor above this, nor above a quarter of the deadline (ms); also the margin until "
+          "enough samples arrived", low=0.0, high=60_000.0),
 )
 
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
@@ -349,7 +362,10 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             publish_margin_ms=v["publish_margin_ms"], max_tokens=v["max_tokens"],
             max_command_chars=v["max_command_chars"], fallback=tuple(v["fallback"]),
             hold_max_age_ms=v["hold_max_age_ms"], mailbox_capacity=v["mailbox_capacity"],
-            grammar=v["grammar"])
+            grammar=v["grammar"], transport_margin_ms=v["transport_margin_ms"],
+            transport_margin_floor_ms=v["transport_margin_floor_ms"],
+            transport_margin_cap_ms=v["transport_margin_cap_ms"],
+            on_new_command=v["on_new_command"])
         diagnostics = DiagnosticThresholds(**{f.name: v[f.name] for f in
                                               dataclasses.fields(DiagnosticThresholds)})
     except (ConfigError, DiagnosticsError) as err:

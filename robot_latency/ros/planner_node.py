@@ -43,6 +43,7 @@ from robot_latency.ros.client_edge import untag_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
+from robot_latency.ros.loopback import TransportProbe
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.params import (
     PLANNER_NAMES,
@@ -101,6 +102,7 @@ class PlannerNode(Node):
         self.startup_status = EXIT_OK
         self.driver: PlannerDriver | None = None
         self.settings: PlannerSettings | None = None
+        self._probe: TransportProbe | None = None
         self._hardware_id = ""
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
         try:
@@ -131,6 +133,12 @@ class PlannerNode(Node):
         except RunError as err:
             self._fail(f"planner run could not start: {err}", EXIT_RUN_FAILED)
             return
+        # The deadline is kept where the plan is received: the node measures its own transport
+        # (loopback pings at start-up, then its own plans) into the loop's margin.
+        self._probe: TransportProbe | None = None
+        if self.driver.loop.transport.measured:
+            driver = self.driver
+            self._probe = TransportProbe(self, PLAN_TOPIC, lambda: driver.loop.transport)
         self._sub = self.create_subscription(
             String, COMMAND_TOPIC, self._on_command,
             QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
@@ -191,6 +199,8 @@ class PlannerNode(Node):
         self.driver.loop.set_state(msg.data)
 
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
+        if self._probe is not None:
+            self._probe.plan_published(envelope.get("cycle"))
         self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
 
     def _on_record(self, rec: CycleRecord) -> None:

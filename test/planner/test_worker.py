@@ -120,3 +120,37 @@ def test_cycle_after_a_slow_abort_waits_for_the_worker_and_gets_a_model_plan() -
     assert outcome.trace is not None and "<loc:tray>" in outcome.trace.text
     assert events == ["waiting for aborted request 1", "worker free after the aborted request"]
     assert runner.restarts == 0
+
+
+def test_cycle_given_up_on_records_its_phases_and_tokens_so_far() -> None:
+    """A cycle the loop gives up on still shows where its budget went: the worker hands its
+    partial trace over at the abort. Scripted by events, not by time: each of the engine's sleeps
+    takes a permit from a queue holding 3, so the prefill and two decode steps run at once and
+    the third step blocks until the fallback has been published (the publish hands out more
+    permits), long after the give-up."""
+    permits = mp.get_context("spawn").Queue()
+    for _ in range(3):
+        permits.put(1)
+    with ProcessRunner("sim", {**FAST, "sleep_ns": permits.get},
+                       hang_timeout_ms=600_000) as runner:
+        plans: list[dict] = []
+        records: list[CycleRecord] = []
+
+        def publish(envelope: dict) -> None:
+            plans.append(envelope)
+            for _ in range(8):
+                permits.put(1)  # let the engine go on: it then sees the abort
+
+        loop = PlannerLoop(PlannerConfig(period_ms=600, deadline_ms=500, publish_margin_ms=5),
+                           runner, publish=publish, sink=records.append)
+        loop.partial_trace_wait_ns = 120 * 1000 * MS  # a hang guard, not a timing
+        loop.submit(InboundCommand("c0", CUP, loop.clock()))
+        loop.run_periodic(1)
+    (rec,) = records
+    assert len(plans) == 1 and plans[0]["source"] == "fallback"
+    assert rec.fallback_reason == "deadline" and rec.plan_source == "fallback"
+    # queue, prefill and decode so far, and the three tokens produced by the give-up
+    assert {"queue", "tokenize", "prefill", "decode", "fallback"} <= set(rec.phases_ns)
+    assert rec.tokens_out == 3 and rec.stop_reason == "aborted"
+    assert all(t <= rec.deadline_ns - rec.margin_ns for t in rec.token_ns)
+    assert rec.e2e_ns == rec.ttft_ns + sum(rec.itl_ns)

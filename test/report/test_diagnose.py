@@ -91,8 +91,8 @@ def test_two_kinds_of_miss_counted_separately() -> None:
     assert diag.deadline_misses == 5
     # a fallback answered for the model: engine fault, model out of time
     assert diag.model_misses == 2
-    assert diag.causes_deadline == {"skipped": 1, "engine_fault": 0, "host_steal": 0,
-                                    "publish_late": 1, "queueing": 1, "stall": 1,
+    assert diag.causes_deadline == {"skipped": 1, "superseded": 0, "engine_fault": 0,
+                                    "host_steal": 0, "publish_late": 1, "queueing": 1, "stall": 1,
                                     "prefill_too_long": 1, "decode_too_slow": 0}
     assert diag.causes_model["engine_fault"] == 1 and diag.causes_model["decode_too_slow"] == 1
     assert sum(diag.causes_model.values()) == 2
@@ -188,3 +188,32 @@ def test_no_records_is_all_none() -> None:
     assert diag.cycles == 0 and diag.deadline_misses == 0
     assert diag.tail.e2e_ratio is None and diag.median_itl_ms is None
     assert diag.phases == [] and diag.prompt_buckets == []
+
+
+def test_a_given_up_cycle_is_split_into_its_parts_with_numbers() -> None:
+    """A cycle the loop gave up on holds the phases its engine ran so far (queue, worker wait,
+    prefill, decode); the diagnosis lists them per miss, and the report shows them."""
+    from robot_latency.report.markdown import _slowest_misses
+
+    rec = _rec(7, queue_ms=30, prefill_ms=50, itl_ms=[4] * 3, published_ms=99,
+               source="fallback", reason="deadline")
+    rec.phases_ns["worker_wait"] = 5 * MS
+    rec.phases_ns["fallback"] = MS // 10
+    rec.phases_ns["sample"] = 2 * MS  # inside decode: not a part of its own
+    diag = diagnose([_rec(i) for i in range(5)] + [rec])
+    (miss,) = diag.misses
+    assert miss.model_miss and not miss.deadline_miss and miss.tokens_out == 4
+    assert list(miss.parts_ms)[:5] == ["queue", "worker_wait", "prefill", "decode", "fallback"]
+    assert miss.parts_ms["queue"] == pytest.approx(30) and miss.parts_ms["decode"] == 12
+    assert "sample" not in miss.parts_ms
+    # queue plus the wait behind an earlier aborted generation: 35 of 100 ms is queueing
+    assert miss.cause == "queueing"
+    assert sum(miss.parts_ms.values()) == pytest.approx(miss.cycle_ms)
+    text = "\n".join(_slowest_misses(diag))
+    assert "queue 30.0, worker_wait 5.0, prefill 50.0, decode 12.0" in text
+
+
+def test_a_superseded_cycle_is_its_own_cause() -> None:
+    rec = _rec(3, published_ms=None, source="none", reason="superseded", itl_ms=[10])
+    rec.published_ns = None
+    assert attribute_cause(rec, median_itl_ns=10 * MS) == "superseded"

@@ -194,3 +194,24 @@ def test_a_cycle_that_gave_up_on_the_engine_shows_the_wait_on_the_engine_track()
     assert wait[0]["ts"] == 1000.0 and wait[0]["ts"] + wait[0]["dur"] == fallback["ts"]
     marks = [e["name"] for e in events if e["ph"] == "i"]
     assert marks.count("fallback") == 1 and marks.count("miss") == 0  # published in time
+
+
+def test_a_cycle_given_up_with_its_partial_trace_shows_its_engine_phases() -> None:
+    """A cycle given up at its deadline whose worker handed its partial trace over: the engine
+    track shows what ran (prefill, decode so far), not a "no trace" wait."""
+    from robot_latency.report.trace import run_events
+
+    rec = CycleRecord(run_id="r", cycle=4, scheduled_ns=0, deadline_ns=400 * MS,
+                      started_ns=MS, published_ns=398 * MS, command_id="c4",
+                      command_arrival_ns=0, token_ns=[300 * MS, 340 * MS, 380 * MS],
+                      phases_ns={"queue": MS, "tokenize": MS, "prefill": 297 * MS,
+                                 "decode": 80 * MS, "fallback": MS // 10,
+                                 "publish": MS // 10},
+                      plan_source="fallback", fallback_reason="deadline",
+                      fallback_policy="rule", stop_reason="aborted")
+    events = run_events([rec], pid=1, label="x", origin_ns=0)
+    names = [e["name"] for e in events if e["ph"] == "X" and e["tid"] == ENGINE_TID]
+    assert "generate (no trace)" not in names
+    assert {"generate", "prefill", "decode"} <= set(names)
+    gen = next(e for e in events if e["ph"] == "X" and e["name"] == "generate")
+    assert gen["args"]["fallback_reason"] == "deadline" and gen["args"]["tokens_out"] == 3

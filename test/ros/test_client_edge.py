@@ -22,6 +22,7 @@ from robot_latency.records import CycleRecord, read_records
 from robot_latency.report.client import (
     ClientRecord,
     compare_edges,
+    edge_section,
     read_client_log,
 )
 from robot_latency.report.markdown import write_report
@@ -87,6 +88,22 @@ def test_client_and_planner_sides_join_by_command_id() -> None:
     assert e.client_ms == [45.0]
     assert e.transport_ms == [5.0] and e.command_leg_ms == [2.0] and e.plan_leg_ms == [3.0]
     assert e.summary["receiver_misses"] == 1 and e.summary["unanswered"] == 1
+    # the planner missed no deadline of its 2 cycles, the receiver 1 of 2 commands: flagged
+    assert e.summary["planner_miss_rate"] == 0.0 and e.summary["receiver_miss_rate"] == 0.5
+    assert e.summary["receiver_misses_exceed_planner"] and e.summary["receiver_excess_flagged"]
+    assert e.summary["receiver_excess_pts"] == pytest.approx(50.0)
+    text = "\n".join(edge_section([e]))
+    assert "**WARNING**: x: the receiver missed more than the planner (50.0% against 0.0%" in text
+
+
+def test_a_receiver_within_the_planner_misses_is_not_flagged() -> None:
+    recs = [CycleRecord(run_id="r", cycle=0, scheduled_ns=10 * MS, deadline_ns=110 * MS,
+                        published_ns=105 * MS, command_id="a", command_arrival_ns=10 * MS)]
+    client = [ClientRecord("a", sent_ns=9 * MS, received_ns=108 * MS, status="answered",
+                           deadline_ms=100.0)]
+    e = compare_edges("x", recs, client)
+    assert not e.summary["receiver_misses_exceed_planner"]
+    assert "WARNING" not in "\n".join(edge_section([e]))
 
 
 # --- over DDS -----------------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""The transport margin: time kept before the deadline so the plan *arrives* by it.
+
+The deadline that counts is the one where the plan is received. A plan published at
+``deadline - publish_margin`` still crosses the middleware and the receiver's executor (on one
+machine over Fast DDS: about 2 ms at the median, 4-8 ms at p99, docs/REFERENCE.md "Transport
+margin"), so the loop gives up on the model ``publish_margin + transport_margin`` before the
+deadline.
+
+``transport_margin_ms`` (a :class:`~robot_latency.planner.config.PlannerConfig` field):
+
+- ``>= 0``: that many ms, fixed (the CLI's ``run`` publishes to no middleware: 0).
+- ``< 0`` (the ROS node's default, ``-1``): measured. The node feeds this estimator what it can
+  observe of its own transport: a burst of loopback pings over the same middleware at start-up
+  (the node subscribes to a probe topic it publishes), then every plan it publishes, received by
+  its own subscription to the plan topic (one-way samples). The receiver's deadline counts from
+  when it *sent* the command, so two legs count: the command's way in and the plan's way out.
+  The loop adds what it observes of itself: how far past ``deadline - transport margin`` a
+  fallback was published when the loop had waited for the model until its give-up time (its
+  wake-up and fallback beyond ``publish_margin_ms``; a cycle that started late is queueing, not
+  this). The margin is ``LEGS * p99(one-way) + p99(loop excess) + slack`` over
+  the newest ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` one-way
+  samples have arrived it is the cap (a new node does not yet know its transport, so it keeps
+  the most it may).
+
+The estimator is thread-safe: samples come from the middleware's executor thread, the margin is
+read by the loop's thread once per cycle.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+#: Legs a command's reaction crosses: the command to the node, the plan back.
+LEGS = 2
+#: Added to the estimate (ns): what the samples' resolution and the receiver's own callback miss.
+SLACK_NS = 500_000
+
+
+@dataclass(frozen=True)
+class MarginSettings:
+    """How the transport margin is chosen (see the module docstring).
+
+    Args:
+        fixed_ms: the margin when >= 0; < 0: measured.
+        floor_ms: the measured margin never goes below this.
+        cap_ms: nor above this (and it is the margin before enough samples arrived).
+        window: newest samples the estimate is computed over.
+        min_samples: samples needed before the estimate replaces the cap.
+    """
+
+    fixed_ms: float = 0.0
+    floor_ms: float = 1.0
+    cap_ms: float = 50.0
+    window: int = 256
+    min_samples: int = 8
+
+
+class TransportMargin:
+    """A running estimate of the middleware's tail latency, as a margin in ns."""
+
+    def __init__(self, settings: MarginSettings) -> None:
+        self.settings = settings
+        self._samples: collections.deque[int] = collections.deque(maxlen=settings.window)
+        self._excess: collections.deque[int] = collections.deque(maxlen=settings.window)
+        self._lock = threading.Lock()
+        self.total_samples = 0
+
+    @property
+    def measured(self) -> bool:
+        """The margin comes from samples (not a fixed value)."""
+        return self.settings.fixed_ms < 0
+
+    def add(self, sample_ns: int) -> None:
+        """Take one observed one-way latency (publish call to the subscriber's callback)."""
+        if sample_ns < 0:
+            return  # clocks of two processes on one host never go backwards; ignore noise
+        with self._lock:
+            self._samples.append(int(sample_ns))
+            self.total_samples += 1
+
+    def add_loop_excess(self, excess_ns: int) -> None:
+        """Take how far past ``deadline - transport margin`` the loop published a fallback it
+        gave up on at the deadline (<= 0: on time)."""
+        with self._lock:
+            self._excess.append(max(0, int(excess_ns)))
+
+    @staticmethod
+    def _p99(values: collections.deque[int]) -> int | None:
+        data = sorted(values)
+        if not data:
+            return None
+        return data[min(len(data) - 1, math.ceil(0.99 * len(data)) - 1)]
+
+    def p99_ns(self) -> int | None:
+        """The p99 of the one-way samples (nearest rank), None without samples."""
+        with self._lock:
+            return self._p99(self._samples)
+
+    def loop_excess_p99_ns(self) -> int:
+        """The p99 of the loop's own excess (0 without samples)."""
+        with self._lock:
+            return self._p99(self._excess) or 0
+
+    def margin_ns(self) -> int:
+        """The transport margin for the next cycle (ns)."""
+        s = self.settings
+        if s.fixed_ms >= 0:
+            return round(s.fixed_ms * 1e6)
+        floor_ns, cap_ns = round(s.floor_ms * 1e6), round(s.cap_ms * 1e6)
+        with self._lock:
+            enough = len(self._samples) >= s.min_samples
+        p99 = self.p99_ns()
+        if not enough or p99 is None:
+            return cap_ns
+        estimate = LEGS * p99 + self.loop_excess_p99_ns() + SLACK_NS
+        return max(floor_ns, min(cap_ns, estimate))
+
+    def summary(self) -> dict[str, Any]:
+        """What the run's summary says about the margin."""
+        p99 = self.p99_ns()
+        return {"transport_margin": "measured" if self.measured else "fixed",
+                "transport_margin_ms": self.margin_ns() / 1e6,
+                "transport_p99_ms": None if p99 is None else p99 / 1e6,
+                "loop_excess_p99_ms": self.loop_excess_p99_ns() / 1e6,
+                "transport_samples": self.total_samples,
+                "floor_ms": self.settings.floor_ms, "cap_ms": self.settings.cap_ms}

@@ -1,0 +1,125 @@
+"""The node measures its own transport, so the deadline is kept where the plan is received.
+
+What the node can observe of the path its plans take (publish call, middleware, a subscriber's
+executor), fed into the loop's :class:`~robot_latency.planner.margin.TransportMargin`:
+
+- at start-up, a burst of loopback pings: the node publishes its send time on
+  ``planner/latency_probe`` and receives it on its own subscription (:data:`PINGS` samples, one
+  every :data:`PING_PERIOD_S`, over the same middleware and QoS as the plans);
+- then every plan it publishes, received by its own subscription to the plan topic (the time of
+  the publish call, kept per cycle, to the callback).
+
+Both run in the node's executor thread, as a receiver's callback would. The probe exists only
+when the margin is measured (``transport_margin_ms < 0``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from robot_latency.planner.margin import TransportMargin
+
+log = logging.getLogger(__name__)
+
+PROBE_TOPIC = "planner/latency_probe"
+#: Loopback samples taken at start-up.
+PINGS = 40
+#: One ping every so often at start-up (s).
+PING_PERIOD_S = 0.005
+#: Pings sent at most (the subscription may match only after a few were sent).
+MAX_PINGS = 400
+#: Plans whose publish time is kept for the loopback match at most.
+_MAX_PENDING = 64
+
+
+def _qos() -> QoSProfile:
+    return QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
+class TransportProbe:
+    """Loopback pings at start-up and the node's own plans, as transport samples.
+
+    Args:
+        node: the planner node (its executor runs the callbacks).
+        plan_topic: the topic the node publishes plans on.
+        margin: returns the loop's transport margin estimator (None while there is no run).
+        clock: the loop's clock (ns, CLOCK_MONOTONIC).
+    """
+
+    def __init__(self, node: Node, plan_topic: str,
+                 margin: Callable[[], TransportMargin | None], *,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.node = node
+        self.margin = margin
+        self.clock = clock
+        self.pings_sent = 0
+        self.pings_received = 0
+        self.plans_received = 0
+        self._sent: dict[int, int] = {}
+        self._probe_pub = node.create_publisher(String, PROBE_TOPIC, _qos())
+        self._probe_sub = node.create_subscription(String, PROBE_TOPIC, self._on_probe, _qos())
+        self._plan_sub = node.create_subscription(String, plan_topic, self._on_plan, _qos())
+        self._timer: Any = node.create_timer(PING_PERIOD_S, self._ping)
+
+    def plan_published(self, cycle: Any) -> None:
+        """Note the time just before the plan of ``cycle`` is published (the loop's thread)."""
+        if isinstance(cycle, int):
+            if len(self._sent) >= _MAX_PENDING:
+                self._sent.pop(next(iter(self._sent)), None)
+            self._sent[cycle] = self.clock()
+
+    def _add(self, sample_ns: int) -> None:
+        margin = self.margin()
+        if margin is not None:
+            margin.add(sample_ns)
+
+    def _ping(self) -> None:
+        if self.pings_received >= PINGS or self.pings_sent >= MAX_PINGS:
+            self._stop_pings()
+            return
+        self.pings_sent += 1
+        self._probe_pub.publish(String(data=str(self.clock())))
+
+    def _stop_pings(self) -> None:
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = None
+            log.info("transport loopback: %d of %d pings back", self.pings_received,
+                     self.pings_sent)
+
+    def _on_probe(self, msg: String) -> None:
+        now = self.clock()
+        try:
+            sent = int(msg.data)
+        except ValueError:
+            return  # not one of ours
+        self.pings_received += 1
+        self._add(now - sent)
+
+    def _on_plan(self, msg: String) -> None:
+        now = self.clock()
+        try:
+            cycle = json.loads(msg.data).get("cycle")
+        except (ValueError, AttributeError):
+            return
+        sent = self._sent.pop(cycle, None) if isinstance(cycle, int) else None
+        if sent is not None:
+            self.plans_received += 1
+            self._add(now - sent)
+
+    def destroy(self) -> None:
+        """Remove the probe's publisher, subscriptions and timer from the node."""
+        self._stop_pings()
+        self.node.destroy_subscription(self._probe_sub)
+        self.node.destroy_subscription(self._plan_sub)
+        self.node.destroy_publisher(self._probe_pub)

@@ -1,0 +1,77 @@
+"""The transport margin: fixed, or measured from samples between a floor and a cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from robot_latency.clock import ScriptedClock
+from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.engine import create_planner_engine
+from robot_latency.planner.loop import InlineRunner, PlannerLoop
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.margin import LEGS, SLACK_NS, MarginSettings, TransportMargin
+
+MS = 1_000_000
+
+
+def test_fixed_margin_ignores_samples() -> None:
+    m = TransportMargin(MarginSettings(fixed_ms=3.0))
+    m.add(40 * MS)
+    assert m.margin_ns() == 3 * MS and not m.measured
+
+
+def test_measured_margin_is_the_cap_until_enough_samples_then_covers_the_tail() -> None:
+    m = TransportMargin(MarginSettings(fixed_ms=-1.0, floor_ms=1.0, cap_ms=50.0, min_samples=8))
+    assert m.margin_ns() == 50 * MS  # nothing known yet: the most it may keep
+    for _ in range(99):
+        m.add(2 * MS)
+    m.add(6 * MS)  # the tail
+    p99 = m.p99_ns()
+    assert p99 is not None and p99 >= 2 * MS
+    assert m.margin_ns() == LEGS * p99 + SLACK_NS  # both legs: the command in, the plan out
+    assert m.margin_ns() > p99
+    m.add_loop_excess(-5 * MS)  # on time: counts as 0
+    for _ in range(50):
+        m.add_loop_excess(3 * MS)  # the loop itself published 3 ms into the margin
+    assert m.loop_excess_p99_ns() == 3 * MS
+    assert m.margin_ns() == LEGS * p99 + 3 * MS + SLACK_NS
+    for _ in range(300):
+        m.add(10)  # a very fast transport and a punctual loop: the floor holds
+        m.add_loop_excess(0)
+    assert m.margin_ns() == 1 * MS
+    for _ in range(300):
+        m.add(400 * MS)  # a stalled transport: the cap holds
+    assert m.margin_ns() == 50 * MS
+    assert m.summary()["transport_samples"] == 700
+
+
+def test_cap_is_at_most_a_quarter_of_the_budget() -> None:
+    cfg = PlannerConfig(period_ms=100, deadline_ms=42, publish_margin_ms=2,
+                        transport_margin_ms=-1, transport_margin_cap_ms=50)
+    assert cfg.margin_settings().cap_ms == pytest.approx(10.0)
+    with pytest.raises(ConfigError, match="transport_margin_floor_ms"):
+        PlannerConfig(transport_margin_floor_ms=60, transport_margin_cap_ms=50)
+    with pytest.raises(ConfigError, match="transport_margin_ms"):
+        PlannerConfig(deadline_ms=100, transport_margin_ms=99)
+
+
+def test_the_loop_gives_up_the_margin_before_the_deadline_and_records_it() -> None:
+    clock = ScriptedClock(start_ns=10**9)
+    engine = create_planner_engine("sim", clock=clock, device="orin-nano-8gb")
+    plans: list[dict] = []
+    records = []
+    loop = PlannerLoop(PlannerConfig(period_ms=100, deadline_ms=60, publish_margin_ms=2,
+                                     transport_margin_ms=-1, transport_margin_cap_ms=12),
+                       InlineRunner(engine, clock=clock), publish=plans.append,
+                       sink=records.append, clock=clock)
+    loop.submit(InboundCommand("c", "pick up the red cup and put it on the tray", clock.now()))
+    loop.run_periodic(1)
+    for _ in range(20):
+        loop.transport.add(3 * MS)
+    loop.run_periodic(1)
+    first, second = records
+    assert first.margin_ns == 2 * MS + 12 * MS  # no samples yet: the cap
+    assert second.margin_ns == 2 * MS + LEGS * 3 * MS + SLACK_NS
+    for rec, plan in zip(records, plans, strict=True):
+        assert all(t <= rec.deadline_ns - rec.margin_ns for t in rec.token_ns)
+        assert plan["margin_ms"] == rec.margin_ns / 1e6

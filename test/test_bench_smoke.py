@@ -1,0 +1,126 @@
+"""Every bench script runs, at its smallest settings, so none can rot unnoticed.
+
+Each is run as its documented command (a subprocess, the real engine, real ROS where it uses
+ROS) on the shipped tiny planner or the smallest synthesized shapes, and its JSON checked for
+the figures it promises. Nothing here judges a figure: timings belong to the headline runs.
+``benchio.py`` and ``decode_shapes.py`` are the scripts' shared modules, run through them;
+``naive_node.py`` runs inside ``client_edge.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robot_latency.models.bundled import bundled_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+#: A hang guard, not a timing: each smoke run takes seconds.
+HANG_S = 600
+
+
+def _run(tmp_path: Path, script: str, *args: str, ok: bool = True) -> Any:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), str(BENCH), os.environ.get("PYTHONPATH", "")]),
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1"}
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args,
+                           *(["--out", str(out)] if ok else [])], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=HANG_S, check=False)
+    if not ok:
+        return proc
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python ") and script in doc["command"]
+    return doc
+
+
+def test_every_bench_script_has_a_smoke_run() -> None:
+    covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py",
+               "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
+               "predict_host.py", "profiles.py", "rule_planner.py", "soak.py"}
+    assert {p.name for p in BENCH.glob("*.py")} <= covered
+
+
+def test_client_edge_planner_and_naive_nodes(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "client_edge.py", "--model", "bundled", "--max-commands", "2",
+               "--repeats", "1", "--nodes", "planner,naive", "--speed", "4", "--tail-s", "2")
+    level = doc["levels"]["bundled"]
+    for node in ("planner", "naive"):
+        (run,) = level[node]["runs"]
+        assert run["commands"] == 2 and run["answered"] + run["unanswered"] + \
+            run["superseded"] == 2
+        assert 0 <= run["model_in_time"] <= 2
+        assert level[node]["median"]["receiver_miss_rate"]["n"] == 1
+    planner = level["planner"]["runs"][0]
+    assert planner["planner_miss_rate"] is not None
+    assert planner["transport_margin"]["transport_margin"] == "measured"
+
+
+@pytest.mark.parametrize("what", ["overhead", "abort", "prefix", "specdec"])
+def test_engine(tmp_path: Path, what: str) -> None:
+    small = {"overhead": ["--tokens", "4", "--runs", "1"],
+             "abort": ["--prompt-words", "20", "--trials", "1"],
+             "prefix": ["--runs", "1"],
+             "specdec": ["--draft", str(bundled_model_path("planner-draft")), "--commands", "1"]}
+    doc = _run(tmp_path, "engine.py", what, "--model", str(bundled_model_path("planner")),
+               *small[what])
+    assert len(doc) > 1
+
+
+def test_onnx_engine(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    doc = _run(tmp_path, "onnx_engine.py", "--random-dim", "64", "--random-layers", "1",
+               "--runs", "1", "--tokens", "2", "--work-dir", str(tmp_path / "w"))
+    assert "variants" in doc
+
+
+def test_overshoot(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "overshoot.py", "--cycles", "20", "--period-ms", "20",
+               "--deadline-ms", "10")
+    assert len(doc) > 1
+
+
+def test_predict_gpu_refuses_a_build_without_gpu_offload(tmp_path: Path) -> None:
+    """The measuring half runs with the installed llama_cpp, a CPU build here: it must say so
+    in one line, not measure the CPU and call it a GPU."""
+    proc = _run(tmp_path, "predict_gpu.py", "--child", "--shapes", "smollm2-135m",
+                "--quants", "Q4_0", "--tokens", "2", "--repeats", "1",
+                "--bandwidth-gbps", "100", "--models-dir", str(tmp_path / "synth"), ok=False)
+    assert proc.returncode != 0
+    assert "no GPU offload" in proc.stderr
+
+
+def test_predict_host(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "predict_host.py", "--shapes", "smollm2-135m,smollm2-360m",
+               "--fit-on", "smollm2-135m,smollm2-360m", "--quant", "Q4_0", "--tokens", "2",
+               "--repeats", "1", "--models-dir", str(tmp_path / "synth"))
+    assert len(doc["shapes"]) == 2
+
+
+@pytest.mark.parametrize("what", ["prefix", "threads"])
+def test_profiles(tmp_path: Path, what: str) -> None:
+    small = {"prefix": ["--commands", "2"], "threads": ["--max-commands", "2", "--speed", "8"]}
+    doc = _run(tmp_path, "profiles.py", what, "--model", "bundled", *small[what])
+    assert doc["model"].endswith("planner.gguf")
+
+
+def test_rule_planner(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "rule_planner.py", "--commands", "10", "--repeats", "1")
+    assert len(doc) > 1
+
+
+@pytest.mark.parametrize("what", ["soak", "flood", "recovery"])
+def test_soak(tmp_path: Path, what: str) -> None:
+    small = {"soak": ["--cycles", "20", "--warmup", "5", "--batch", "10"],
+             "flood": ["--cycles", "10", "--flood-x", "5"],
+             "recovery": ["--cycles", "20", "--kill-at", "5"]}
+    doc = _run(tmp_path, "soak.py", what, *small[what], "--log-dir", str(tmp_path / "log"))
+    assert len(doc) > 1

@@ -173,24 +173,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                              period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
         run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
         run_dirs.append(run_dir)
-    # Plans are compared against the highest-precision level (the ladder's order).
-    reference = _reference_label(axes, varied)
-    rows = compare_runs(run_dirs, reference=reference)
+    # Plans are compared against the highest precision (report.compare.choose_reference).
+    rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
-
-
-def _reference_label(axes: dict[str, list[Any]], varied: list[str]) -> str | None:
-    """Return the label of the highest-precision quant level when only the quant varies."""
-    from robot_latency.models.ladder import VALID_QUANTS
-
-    if varied != ["quant"]:
-        return None
-    order = {q: i for i, q in enumerate(VALID_QUANTS)}
-    return min(axes["quant"], key=lambda q: order.get(str(q), len(order)))
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -325,7 +314,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
     p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
     p.add_argument("--reference", default=None,
-                   help="label of the run plans are compared against (default: the first)")
+                   help="label of the run plans are compared against (default: the highest "
+                        "precision: bits per weight, then F16 > Q8_0 > ...)")
     p.add_argument("--trace", default=None, metavar="FILE.json",
                    help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
     p.set_defaults(func=cmd_report)

@@ -117,14 +117,19 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
 
 def render_report(runs: Sequence[RunData], table_md: str,
                   plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
-                  edges: Sequence[EdgeComparison] = ()) -> str:
+                  edges: Sequence[EdgeComparison] = (), reference_note: str = "",
+                  target_lines: Sequence[str] = ()) -> str:
     """Return the report's Markdown text; plot links are relative to the report."""
     lines = ["# Latency report", ""]
     asap = [r.label for r in runs if replay_mode(r) == "asap"]
     if asap:
         lines += [f"> **As-fast-as-possible replay** (not at recorded times): {', '.join(asap)}. "
                   "Their latencies include self-inflicted queueing.", ""]
-    lines += ["## Comparison", "", table_md, "",
+    lines += list(target_lines)
+    lines += ["## Comparison", "", table_md, ""]
+    if reference_note:
+        lines += [reference_note, ""]
+    lines += [
               "Rates are fractions of all cycles with Wilson 95% intervals. A *deadline miss* is a "
               "plan published late or a skipped cycle; a *model miss* is a cycle the model did "
               "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
@@ -164,7 +169,7 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         run_dirs: directories written by ``robot-latency run``, one per configuration.
         out_dir: where to write (created if needed).
         reference: label of the configuration plan agreement is measured against (default:
-            the first run).
+            the highest precision, :func:`robot_latency.report.compare.choose_reference`).
 
     Returns:
         The path of ``report.md``.
@@ -185,7 +190,11 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         plots["reaction_cdf.png"] = plot_reaction_cdf(edges, out / "reaction_cdf.png")
     # each record's own deadline budget is the truth; the manifest's is only a label
     diagnoses = [diagnose(r.records) for r in runs]
-    text = render_report(runs, to_markdown(rows), plots, diagnoses, edges)
+    ref = rows[0] if rows else None
+    note = (f"Plan agreement and TPOT ratios are against **{ref.reference}**: "
+            f"{ref.reference_reason}." if ref is not None and ref.reference else "")
+    text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
+                         reference_note=note)
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

@@ -240,3 +240,26 @@ def test_report_with_a_run_without_tokens(tmp_path: Path) -> None:
     assert "not drawn (no data)" in text
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert all((tmp_path / "out" / link).is_file() for link in links)
+
+
+def test_the_reference_is_the_highest_precision_whatever_the_order(tmp_path: Path) -> None:
+    def run(name: str, bpw: float | None) -> Path:
+        manifest = _manifest(name)
+        manifest["model"]["effective_bpw"] = bpw
+        recs = [_cycle(i, plan={"steps": [i]}) for i in range(3)]
+        return _write_run(tmp_path / name, recs, manifest)
+
+    dirs = [run("Q4_0", 5.37), run("Q4_K_M", 6.16), run("Q8_0", 8.5)]  # the shell's order
+    for order in (dirs, dirs[::-1]):
+        rows = compare_runs(order)
+        assert {r.reference for r in rows} == {"Q8_0"}
+        assert rows[0].reference_reason == ("highest precision among the runs: 8.50 bits per "
+                                            "weight (Q8_0)")
+    rows = compare_runs(dirs, reference="Q4_0")  # --reference still overrides
+    assert {r.reference for r in rows} == {"Q4_0"}
+    assert rows[0].reference_reason == "chosen with --reference"
+    # without bits per weight for every run, the ladder's order decides
+    f16 = run("F16", None)
+    assert {r.reference for r in compare_runs([dirs[0], f16])} == {"F16"}
+    report = (write_report(dirs, tmp_path / "rep")).read_text()
+    assert "against **Q8_0**: highest precision among the runs: 8.50 bits per weight" in report

@@ -1,7 +1,8 @@
 """The Markdown report: comparison table, tail diagnosis per configuration, plots, caveats.
 
-``write_report(run_dirs, out_dir)`` writes into ``out_dir``: ``report.md``, the PNGs of
-:data:`robot_latency.report.plots.PLOTS` (those with data), and the comparison as
+``write_report(run_dirs, out_dir)`` writes into ``out_dir``: ``report.md`` (opening with the
+target's answer per level, :mod:`robot_latency.report.target`, and ``target_e2e.png``), the PNGs
+of :data:`robot_latency.report.plots.PLOTS` (those with data), and the comparison as
 ``comparison.csv`` and ``comparison.json`` (columns in :mod:`robot_latency.report.compare`).
 """
 
@@ -31,11 +32,15 @@ from robot_latency.report.diagnose import (
 )
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
+from robot_latency.report.target import plot_target_e2e, target_level, target_section
 from robot_latency.stats import P99_MIN_SAMPLES
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.md"
+
+#: The predicted target e2e plot of the opening section.
+TARGET_PLOT = "target_e2e.png"
 
 _PLOT_TITLES = {
     "itl_cdf.png": "ITL CDF with floor lines",
@@ -193,8 +198,13 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
     ref = rows[0] if rows else None
     note = (f"Plan agreement and TPOT ratios are against **{ref.reference}**: "
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
+    # The opening section: the target's answer per level (robot_latency.report.target).
+    ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
+    levels = [target_level(r, ref_run) for r in runs]
+    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
-                         reference_note=note)
+                         reference_note=note,
+                         target_lines=target_section(levels, rows, target_plot))
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

@@ -158,21 +158,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
               for dl in axes["deadline_ms"]]
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
+    _check_sweep_axes(axes)  # every level, device and engine, before any runs
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
     run_dirs = []
     for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
                       disable=not sys.stderr.isatty() and not args.progress):
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
         run_dir = out / label.replace(" ", "_").replace("/", "-")
+        run_dirs.append(run_dir)
+        if _sweep_point_done(run_dir, args.stream):
+            sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
+            continue
         config = run_config_from_args(args, run_dir, stream, engine=point["engine"],
                              quant=point["quant"], device=point["device"],
                              deadline_ms=point["deadline_ms"],
                              period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
         run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
-        run_dirs.append(run_dir)
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")
@@ -180,6 +182,58 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     echo(to_markdown(rows))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
+
+
+def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
+    """Refuse a bad level, device or engine name before any point runs (one line naming it)."""
+    from robot_latency.engines import ENGINES  # importing the package registers them
+    from robot_latency.floor.devices import get_device
+    from robot_latency.floor.errors import FloorError
+    from robot_latency.models.ladder import VALID_QUANTS
+
+    for quant in axes["quant"]:
+        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
+            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
+                             f"{', '.join(VALID_QUANTS)}")
+    for device in axes["device"]:
+        try:
+            get_device(device)
+        except FloorError as err:
+            raise UsageError(f"--devices: {err}") from err
+    for engine in axes["engine"]:
+        if engine not in ENGINES:
+            raise UsageError(f"--engines: unknown engine {engine!r}; known: "
+                             f"{', '.join(sorted(ENGINES))}")
+
+
+def _sweep_point_done(run_dir: Path, stream: str) -> bool:
+    """Whether a sweep point's directory holds a finished run of the same stream.
+
+    A directory left by an interrupted point (not finished) is moved aside to
+    ``<sweep>/.incomplete/`` (kept, never deleted), so the point runs again. A finished run of
+    another stream is refused.
+    """
+    import json
+    import time
+
+    manifest_path = run_dir / "manifest.json"
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return False
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("status") == "finished" and (run_dir / "cycles.jsonl").is_file():
+        done_stream = (manifest.get("stream") or {}).get("path")
+        if done_stream not in (None, str(stream)):
+            raise UsageError(f"--out: {run_dir} holds a finished run of another stream "
+                             f"({done_stream}); choose a new directory")
+        return True
+    aside = run_dir.parent / ".incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.rename(aside)
+    sys.stderr.write(f"note: {run_dir} was not finished; moved to {aside}, running it again\n")
+    return False
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -297,7 +351,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sweep", help="run several configurations on one stream and compare them",
         description="Runs every combination of the given axes (--quants, --engines, --devices, "
                     "--deadlines) on the same stream, one run directory each under OUT, then "
-                    "prints the comparison table and writes OUT/comparison.csv and .json.")
+                    "prints the comparison table and writes OUT/comparison.csv and .json. Every "
+                    "level, device and engine is checked before any runs; rerun into the same "
+                    "OUT to resume: finished points are skipped, an unfinished one is moved to "
+                    "OUT/.incomplete/ and run again.")
     _add_run_args(p)
     p.add_argument("--quants", default=None,
                    help="comma-separated quant levels of --model (a GGUF's ladder, built on "

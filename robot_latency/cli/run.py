@@ -18,6 +18,7 @@ from robot_latency.cli.common import (
     render_table,
     split_list,
 )
+from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import MODES, PlannerConfig
 from robot_latency.records import read_records
@@ -287,7 +288,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF path, 'planner' (default: the bundled planner), "
                         "'planner-inflated-<preset>', or a preset for the sim engine")
     p.add_argument("--quant", default=None,
-                   help="ladder level of --model (built on first use), or a preset's quant")
+                   help="ladder level of --model (built on first use), or a preset's quant: "
+                        + ", ".join(VALID_QUANTS))
     p.add_argument("--device", default="orin-nano-8gb",
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--profile", default=None,
@@ -358,7 +360,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_run_args(p)
     p.add_argument("--quants", default=None,
                    help="comma-separated quant levels of --model (a GGUF's ladder, built on "
-                        "first use); plans are compared against the highest-precision one")
+                        "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
+                        "against the highest-precision one")
     p.add_argument("--engines", default=None, help="comma-separated engine names")
     p.add_argument("--devices", default=None, help="comma-separated target device ids")
     p.add_argument("--progress", action="store_true",

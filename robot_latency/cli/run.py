@@ -71,6 +71,11 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
         echo(f"deadline misses {summary['deadline_misses']} "
              f"({100 * summary['deadline_miss_rate']:.2f}%, 95% CI "
              f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}%), fallbacks {summary['fallbacks']}")
+        sources = summary.get("plan_sources") or {}
+        echo(f"plans: {sources.get('model', 0)} from the model, "
+             f"{sources.get('fallback', 0)} from a fallback"
+             + (f", {sources['none']} none (skipped)" if sources.get("none") else "")
+             + f", of {summary['cycles']} cycles")
     rows = [[m, str(summary[m]["n"])] + ["-" if summary[m][k] is None else f"{summary[m][k]:.2f}"
                                          for k in ("p50", "p90", "p99", "max")]
             for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]

@@ -146,7 +146,11 @@ def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
                      "--deadline-ms", "60", "--period-ms", "100", "--asap", "--mode", "event",
                      "--label", device, "--out", str(out)]) == 0
         runs.append(str(out))
-    capsys.readouterr()
+        printed = capsys.readouterr().out
+        recs = read_records(out / "cycles.jsonl")
+        model = sum(1 for r in recs if r.plan_source == "model")
+        assert (f"plans: {model} from the model, {len(recs) - model} from a fallback, "
+                f"of {len(recs)} cycles") in printed
     assert main(["report", *runs, "--out", str(tmp_path / "report")]) == 0
     table = capsys.readouterr().out
     assert "orin-agx-64gb" in table and "orin-nano-4gb" in table

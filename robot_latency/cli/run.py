@@ -266,6 +266,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.markdown import write_report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    # "report runs/ladder/*/ --out runs/ladder/report" run a second time: the glob now holds
+    # the report directory itself, which is no run.
+    runs = [r for r in args.runs if Path(r).resolve() != out.resolve()]
+    if len(runs) < len(args.runs):
+        sys.stderr.write(f"note: {out} is the report's own directory, not a run; left out\n")
+    if not runs:
+        raise UsageError("no run directories left besides the report's own --out")
+    args.runs = runs
     report = write_report(args.runs, out, reference=args.reference)
     echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
     echo(f"\nreport: {report}")

@@ -156,6 +156,10 @@ def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "orin-agx-64gb" in table and "orin-nano-4gb" in table
     for name in ("report.md", "comparison.csv", "itl_cdf.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+    # the same glob again now holds the report's own directory: left out, not an error
+    assert main(["report", *runs, str(tmp_path / "report"), "--out",
+                 str(tmp_path / "report")]) == 0
+    assert "is the report's own directory" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
 

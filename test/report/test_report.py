@@ -320,3 +320,52 @@ def test_the_report_opens_with_the_targets_answer_per_level(tmp_path: Path) -> N
         "outputs finished here): the reference's plan length (10)" in first
     png = tmp_path / "rep" / "target_e2e.png"
     assert png.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def _overlaps(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
+            if boxes[i].overlaps(boxes[j])]
+
+
+def test_plots_are_legible_at_their_default_size(tmp_path: Path) -> None:
+    """No tick labels or point labels running into each other; the deadline inside every
+    panel of the phase timeline; its legend under the panels, not floating above them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from robot_latency.report.plots import measured_vs_predicted_figure, phase_timeline_figure
+
+    # three levels with close floors and ITLs, as a quant ladder gives them
+    runs = []
+    for name, floor_ms, gap_ms in (("Q4_0", 10.8, 19), ("Q4_K_M", 12.3, 20), ("Q8_0", 16.4, 28)):
+        manifest = _manifest(name)
+        manifest["floor"]["host"]["itl_floor_ms"] = floor_ms
+        manifest["floor"]["target_prediction"] = {
+            "itl_pred_ms": 2 * floor_ms, "engine_family": "llamacpp-cuda",
+            "itl_pred_interval_ms": [1.8 * floor_ms, 2.3 * floor_ms]}
+        recs = [_cycle(i, gap_ms=gap_ms) for i in range(6)]
+        runs.append(load_run(_write_run(tmp_path / name, recs, manifest)))
+    fig = measured_vs_predicted_figure(runs)
+    assert fig is not None
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    assert not ax.texts  # the efficiencies are in the legend, not next to close points
+    for axis in (ax.xaxis, ax.yaxis):
+        boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")
+                 if t.get_visible() and t.get_text()]
+        assert len(boxes) >= 2 and not _overlaps(boxes)
+    legend_text = " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert "Q4_0: measured here, floor eff. 0.57 (n=24)" in legend_text
+
+    fig = phase_timeline_figure(runs)
+    assert fig is not None
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    assert not fig.legends  # one legend, under the last panel
+    for panel in fig.axes:
+        lo, hi = panel.get_xlim()
+        assert lo <= 0 and hi > 100 * 1.05  # the 100 ms deadline well inside, not on the edge
+    legend = fig.axes[-1].get_legend()
+    bottom = fig.axes[-1].get_window_extent(renderer)
+    assert legend.get_window_extent(renderer).y1 < bottom.y0
+    assert {"deadline", "published"} <= {t.get_text() for t in legend.get_texts()}

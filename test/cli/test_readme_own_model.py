@@ -18,6 +18,9 @@ from pathlib import Path
 
 from robot_latency.floor.shapes import ModelShape
 from robot_latency.models.synth import synth
+from robot_latency.plan.contract import complete_plan
+from robot_latency.plan.profile import load_planning
+from robot_latency.records import read_records
 from robot_latency.streams import Command, write_bag
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -82,6 +85,12 @@ def test_bring_your_own_model_as_written(tmp_path: Path) -> None:
         assert summary["cycles"] == 3, run_dir
         manifest = json.loads((run_dir / "manifest.json").read_text())
         assert manifest["status"] == "finished" and manifest["profile"]["name"] == "instruct-json"
+        # a finished plan is kept: every cycle whose output is a complete, valid plan is the
+        # model's, ended as soon as it was complete
+        contract = load_planning(str(work / "my_robot.yaml")).contract
+        for rec in read_records(run_dir / "cycles.jsonl"):
+            if rec.raw_output and complete_plan(contract, rec.raw_output) is not None:
+                assert rec.plan_source == "model" and rec.stop_reason == "complete", rec
     report = (work / "runs" / "ladder" / "report" / "report.md").read_text()
     assert report.split("\n## ")[1].startswith("On ")  # the target's answer comes first
     assert "against **Q8_0**: highest precision" in report

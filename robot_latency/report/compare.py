@@ -226,6 +226,8 @@ def choose_reference(runs: Sequence[RunData], reference: str | None = None
     if not by_bpw and rank == _quant_rank_unknown():
         return run, "no precision recorded for every run: the first run"
     level = model_field(run, "quant") or run.label
+    if len(set(keys)) == 1:
+        return run, "every run at the same precision: the first run"
     if by_bpw and sum(1 for b in bpws if b == bpw) == 1:
         return run, f"highest precision among the runs: {bpw:.2f} bits per weight ({level})"
     return run, (f"highest precision among the runs: {level}, first in the ladder's order "

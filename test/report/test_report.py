@@ -263,6 +263,9 @@ def test_the_reference_is_the_highest_precision_whatever_the_order(tmp_path: Pat
     assert {r.reference for r in compare_runs([dirs[0], f16])} == {"F16"}
     report = (write_report(dirs, tmp_path / "rep")).read_text()
     assert "against **Q8_0**: highest precision among the runs: 8.50 bits per weight" in report
+    same = [run("a", 5.37), run("b", 5.37)]  # e.g. a sweep over devices
+    assert compare_runs(same[::-1])[0].reference_reason == ("every run at the same precision: "
+                                                            "the first run")
 
 
 def _predicted(rec: CycleRecord, *, ttft_ms: float, itl_ms: float, finished: bool) -> CycleRecord:

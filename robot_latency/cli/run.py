@@ -164,22 +164,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
               for dl in axes["deadline_ms"]]
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
-    _check_sweep_axes(axes)  # every level, device and engine, before any runs
+    _check_sweep_axes(axes)  # every level, device and engine name, before anything
     out = Path(args.out)
-    run_dirs = []
-    for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
-                      disable=not sys.stderr.isatty() and not args.progress):
+    # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
+    # a bad setting or a level that cannot be built stops the sweep before it spends a run.
+    run_dirs, configs = [], []
+    for point in points:
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
         run_dir = out / label.replace(" ", "_").replace("/", "-")
         run_dirs.append(run_dir)
+        configs.append((run_dir, run_config_from_args(
+            args, run_dir, stream, engine=point["engine"], quant=point["quant"],
+            device=point["device"], deadline_ms=point["deadline_ms"],
+            period_ms=max(args.period_ms, point["deadline_ms"]), label=label)))
+    todo = []
+    for run_dir, config in configs:
         if _sweep_point_done(run_dir, args.stream):
             sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
-            continue
-        config = run_config_from_args(args, run_dir, stream, engine=point["engine"],
-                             quant=point["quant"], device=point["device"],
-                             deadline_ms=point["deadline_ms"],
-                             period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
+        else:
+            todo.append(config)
+    for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
+                       disable=not sys.stderr.isatty() and not args.progress):
         run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)

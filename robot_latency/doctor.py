@@ -9,13 +9,14 @@ free memory against the model's size, and the user cache. Device files are read 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +79,20 @@ class DoctorInput:
         model: the GGUF whose size is checked against free memory, or None: the params file's
             model, else the bundled planner.
         cache_dir: the model cache, or None for the default.
+        overrides: settings given as flags, the same names as the params file's (``model``,
+            ``quant``, ``engine``, ``loop_cpus``, ``engine_cpus``, ``loop_priority``); they win
+            over the params file, as they do for ``run``.
+        quant: the model's ladder level (``run --quant``): its built file is checked.
+        run_dir: a finished run whose late fallbacks are weighed against an unpinned loop.
     """
 
     root: Path = Path("/")
     params_file: Path | None = None
     model: Path | None = None
     cache_dir: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    quant: str | None = None
+    run_dir: Path | None = None
 
 
 def load_params(path: Path | None) -> dict[str, Any]:
@@ -295,7 +304,40 @@ def check_cpus(params: dict[str, Any]) -> Check:
     if set(loop) & set(engine):
         return Check("cpus", WARN, detail + ": the loop shares a CPU with the engine",
                      "give the loop a CPU of its own")
+    if not loop and len(have) > 1 and not int(params.get("loop_priority", 0) or 0):
+        # The engine computes on every core: the loop's wake-up at the deadline waits for one,
+        # and a fallback goes out late (measured: 0.1-3.5 ms on two busy cores).
+        return Check("cpus", WARN, detail + ": the loop is not pinned and runs on the normal "
+                     "scheduler, so the engine can delay its publish at the deadline",
+                     "loop_cpus: 0 (--loop-cpus 0), and loop_priority: 50 where rtprio "
+                     "allows; config/*.yaml pin CPU 0")
     return Check("cpus", OK, detail)
+
+
+def check_run(run_dir: Path) -> Check:
+    """A finished run's late plans (fallbacks published past the deadline), by its CPU budget."""
+    from robot_latency.records import RecordError, read_records
+
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        records = read_records(run_dir / "cycles.jsonl")
+    except (OSError, ValueError, RecordError) as err:
+        raise DoctorError(f"--run {run_dir}: cannot read the run: {err}") from err
+    budget = manifest.get("cpu_budget") or {}
+    pinned = bool(budget.get("loop_cpus")) or int(budget.get("loop_priority") or 0) > 0
+    late = [r.overshoot_ns / 1e6 for r in records
+            if r.plan_source == "fallback" and r.overshoot_ns]
+    n_fb = sum(1 for r in records if r.plan_source == "fallback")
+    where = f"run {run_dir.name}: {len(late)} of {n_fb} fallbacks published late"
+    if not late:
+        return Check("late fallbacks", OK, where)
+    detail = f"{where} (by {min(late):.2f}-{max(late):.2f} ms)"
+    if not pinned:
+        return Check("late fallbacks", WARN, detail + " with the loop unpinned on the normal "
+                     "scheduler", "run with --loop-cpus 0 (loop_cpus: 0), and loop_priority "
+                     "50 where rtprio allows")
+    return Check("late fallbacks", WARN, detail + " with the loop pinned",
+                 "raise publish_margin_ms above the lateness, or use loop_priority (SCHED_FIFO)")
 
 
 def _cpu_text(cpus: Sequence[int] | frozenset[int]) -> str:
@@ -303,6 +345,29 @@ def _cpu_text(cpus: Sequence[int] | frozenset[int]) -> str:
 
 
 def _model_file(inp: DoctorInput, params: dict[str, Any]) -> Path | None:
+    model = _named_model(inp, params)
+    quant = inp.quant or str(params.get("quant", "") or "") or None
+    if quant is None or model is None:
+        return model
+    # A ladder level (run --quant): the built level's file, where run loads it from; before it
+    # is built, the source (larger than any of its levels) stands in.
+    from robot_latency.models.ladder import (
+        VALID_QUANTS,
+        LadderError,
+        default_cache_dir,
+        level_path,
+    )
+
+    stem, _, suffix = model.stem.rpartition(".")
+    name = stem if stem and suffix.upper() in VALID_QUANTS else model.stem
+    try:
+        level = level_path(inp.cache_dir or default_cache_dir(), name, quant)
+    except LadderError as err:
+        raise DoctorError(f"quant: {err}") from err
+    return level if level.is_file() else model
+
+
+def _named_model(inp: DoctorInput, params: dict[str, Any]) -> Path | None:
     if inp.model is not None:
         return inp.model
     named = str(params.get("model", "") or "")
@@ -367,7 +432,7 @@ def run_checks(inp: DoctorInput) -> list[Check]:
     Raises:
         DoctorError: the params file cannot be read.
     """
-    params = load_params(inp.params_file)
+    params = {**load_params(inp.params_file), **inp.overrides}
     checks, jetson = check_jetson(inp.root)
     if jetson is not None:
         checks.append(check_jetson_clocks(inp.root))
@@ -375,6 +440,8 @@ def run_checks(inp: DoctorInput) -> list[Check]:
         check_ros, lambda: check_llama(jetson), check_onnxruntime,
         lambda: check_rtprio(params), lambda: check_cpus(params),
         lambda: check_memory(inp, params), lambda: check_cache(inp.cache_dir)]
+    if inp.run_dir is not None:
+        steps.append(lambda: check_run(inp.run_dir))  # type: ignore[arg-type]
     for step in steps:
         found = step()
         checks.extend(found if isinstance(found, list) else [found])

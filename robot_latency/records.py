@@ -69,6 +69,17 @@ class CycleRecord:
     wrote. ``margin_ns`` is the time the loop kept before the deadline for the fallback, the
     publish and the transport to the receiver (``deadline_ns - margin_ns``: when it gave up on
     the model).
+
+    The target's answer for this cycle: ``target_e2e_pred_ms`` is the predicted time from the
+    cycle's start to its last token on the target device, ``ttft_pred + (tokens_out - 1) *
+    itl_pred`` (the same form as the measured ``e2e_ms``; TTFT for this cycle's own uncached
+    prompt tokens, ITL at its context), with ``target_e2e_pred_interval_ms`` from the ITL
+    prediction's interval, and ``target_deadline_met_pred`` whether that meets the cycle's
+    deadline. ``target_pred`` holds the parts (``ttft_ms``, ``itl_ms``, ``itl_interval_ms``,
+    ``tokens_out``, ``basis``, ``max_tokens``, ``device_id``, ``engine_family``). ``basis`` is
+    ``complete`` when the output was finished here; ``partial`` when it was cut off here (the
+    tokens so far: the prediction is a lower bound, and ``target_deadline_met_pred`` is False
+    when even that misses, else None). Queue wait and publish are not part of it.
     """
 
     run_id: str
@@ -101,6 +112,10 @@ class CycleRecord:
     telemetry: dict[str, Any] | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
     margin_ns: int | None = None
+    target_e2e_pred_ms: float | None = None
+    target_e2e_pred_interval_ms: list[float] | None = None
+    target_deadline_met_pred: bool | None = None
+    target_pred: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

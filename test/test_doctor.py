@@ -131,3 +131,49 @@ def test_bad_params_file_is_one_line_and_status_2(tmp_path: Path) -> None:
     done = doctor("--params-file", str(params), cache=tmp_path / "cache")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert str(params) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unpinned_loop_is_a_warning_with_the_fix() -> None:
+    if len(available_cpus()) < 2:
+        return  # one CPU: nothing to pin the loop away from
+    found = check_cpus({})
+    assert found.status == WARN and "not pinned" in found.detail
+    assert "loop_cpus: 0" in found.fix
+    assert check_cpus({"loop_priority": 50}).status == OK  # SCHED_FIFO preempts the engine
+
+
+def test_doctor_takes_runs_flags_over_the_params_file_and_weighs_a_runs_late_fallbacks(
+        tmp_path: Path) -> None:
+    from robot_latency.records import CycleRecord, JsonlSink
+
+    params = tmp_path / "params.yaml"
+    params.write_text('planner_node:\n  ros__parameters:\n    loop_cpus: "0"\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"cpu_budget": {"loop_cpus": [],
+                                                                  "loop_priority": 0}}))
+    ms = 1_000_000
+    with JsonlSink(run / "cycles.jsonl") as sink:
+        for i, late_ms in enumerate((0.0, 0.4, 3.5)):
+            sink.write(CycleRecord(run_id="r", cycle=i, scheduled_ns=i * 1000 * ms,
+                                   deadline_ns=i * 1000 * ms + 400 * ms,
+                                   published_ns=i * 1000 * ms + 400 * ms + round(late_ms * ms),
+                                   plan_source="fallback", fallback_reason="deadline"))
+    model = tmp_path / "mine.gguf"
+    model.write_bytes(b"GGUF" + bytes(1000))
+    done = doctor("--json", "--params-file", str(params), "--loop-cpus", "",
+                  "--model", str(model), "--run", str(run), cache=tmp_path / "cache")
+    by = _by_name(json.loads(done.stdout))
+    # the flag wins over the params file's loop_cpus, as it does for run
+    if len(available_cpus()) > 1:
+        assert by["cpus"]["status"] == WARN and "not pinned" in by["cpus"]["detail"]
+    assert "mine.gguf" in by["memory"]["detail"]
+    late = by["late fallbacks"]
+    assert late["status"] == WARN and "2 of 3 fallbacks published late" in late["detail"]
+    assert "0.40-3.50 ms" in late["detail"] and "--loop-cpus 0" in late["fix"]
+    # a built ladder level is what run would load: its file is the one checked
+    level = tmp_path / "cache" / "mine.Q4_0.gguf"
+    level.parent.mkdir(parents=True, exist_ok=True)
+    level.write_bytes(b"GGUF" + bytes(10))
+    done = doctor("--json", "--model", str(model), "--quant", "Q4_0", cache=tmp_path / "cache")
+    assert "mine.Q4_0.gguf" in _by_name(json.loads(done.stdout))["memory"]["detail"]

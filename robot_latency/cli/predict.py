@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import echo, emit_json, nonneg_int
+from robot_latency.cli.common import UsageError, echo, emit_json, nonneg_int
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
 from robot_latency.floor.modelinfo import profile_manual, resolve_model
@@ -37,11 +37,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.validate:
         return _validate(args)
     device = get_device(args.device)
-    model = resolve_model(args.model, quant=args.quant)
+    path, quant = _model_and_quant(args.model, args.quant)
+    model = resolve_model(path, quant=quant)
     from_table = not args.calibration
     model_notes: tuple[str, ...] = ()
     if from_table:
-        model, model_notes = with_published_size(args.model, model, device_id=device.id)
+        model, model_notes = with_published_size(path, model, device_id=device.id)
     cal = resolve_calibration(args.engine_family, device, calibration=args.calibration)
     pred = predict_target(model, device, cal, context_tokens=args.context,
                           prompt_tokens=args.prompt_tokens)
@@ -122,6 +123,19 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_and_quant(model: str, quant: str | None) -> tuple[str, str | None]:
+    """A GGUF file with ``--quant`` means its ladder level, as for ``run`` and ``sweep`` (built
+    into the model cache on first use); a preset takes the quant as it is."""
+    if quant is None or not Path(model).is_file():
+        return model, quant
+    from robot_latency.models.ladder import LadderError, ladder_model_path
+
+    try:
+        return str(ladder_model_path(model, quant)), None
+    except LadderError as err:
+        raise UsageError(f"--quant {quant}: {err}") from err
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit a calibration from run directories; print residuals; write it with --out."""
     cal, runs = calibrate_runs(args.run_dirs, engine_family=args.engine_family,
@@ -165,6 +179,8 @@ def prediction_for_floor(args: argparse.Namespace, floor: dict[str, Any]) -> dic
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``predict`` and ``calibrate`` commands to the top-level parser."""
+    from robot_latency.models.ladder import VALID_QUANTS
+
     families = ", ".join(ENGINE_FAMILIES)
     p = sub.add_parser(
         "predict", help="calibrated ITL/TTFT prediction for a device (efficiency + overhead)",
@@ -174,7 +190,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="orin-nano-8gb", help="device profile id")
     p.add_argument("--model", default="qwen2.5-0.5b", help="GGUF path or preset id")
     p.add_argument("--quant", default=None,
-                   help="quant of a preset (MLC q4f16 and 4-bit AWQ: Q4_0)")
+                   help=f"level: of a preset, its quant (MLC q4f16 and 4-bit AWQ: Q4_0); of a "
+                        f"GGUF file, its ladder level, built on first use as for run ("
+                        f"{', '.join(VALID_QUANTS)})")
     p.add_argument("--engine-family", default="llamacpp-cuda", help=f"one of: {families}")
     p.add_argument("--context", type=nonneg_int, default=0, help="tokens in the KV cache")
     p.add_argument("--prompt-tokens", type=nonneg_int, default=None,

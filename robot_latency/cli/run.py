@@ -18,6 +18,7 @@ from robot_latency.cli.common import (
     render_table,
     split_list,
 )
+from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import MODES, ON_NEW_COMMAND, PlannerConfig
 from robot_latency.records import read_records
@@ -70,6 +71,11 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
         echo(f"deadline misses {summary['deadline_misses']} "
              f"({100 * summary['deadline_miss_rate']:.2f}%, 95% CI "
              f"{100 * ci[0]:.2f}-{100 * ci[1]:.2f}%), fallbacks {summary['fallbacks']}")
+        sources = summary.get("plan_sources") or {}
+        echo(f"plans: {sources.get('model', 0)} from the model, "
+             f"{sources.get('fallback', 0)} from a fallback"
+             + (f", {sources['none']} none (skipped)" if sources.get("none") else "")
+             + f", of {summary['cycles']} cycles")
     rows = [[m, str(summary[m]["n"])] + ["-" if summary[m][k] is None else f"{summary[m][k]:.2f}"
                                          for k in ("p50", "p90", "p99", "max")]
             for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
@@ -159,24 +165,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
               for dl in axes["deadline_ms"]]
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
+    _check_sweep_axes(axes)  # every level, device and engine name, before anything
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
-    run_dirs = []
-    for point in tqdm(points, desc="sweep", unit="config", file=sys.stderr,
-                      disable=not sys.stderr.isatty() and not args.progress):
+    # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
+    # a bad setting or a level that cannot be built stops the sweep before it spends a run.
+    run_dirs, configs = [], []
+    for point in points:
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
         run_dir = out / label.replace(" ", "_").replace("/", "-")
-        config = run_config_from_args(args, run_dir, stream, engine=point["engine"],
-                             quant=point["quant"], device=point["device"],
-                             deadline_ms=point["deadline_ms"],
-                             period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
         run_dirs.append(run_dir)
-    # Plans are compared against the highest-precision level (the ladder's order).
-    reference = _reference_label(axes, varied)
-    rows = compare_runs(run_dirs, reference=reference)
+        configs.append((run_dir, run_config_from_args(
+            args, run_dir, stream, engine=point["engine"], quant=point["quant"],
+            device=point["device"], deadline_ms=point["deadline_ms"],
+            period_ms=max(args.period_ms, point["deadline_ms"]), label=label)))
+    todo = []
+    for run_dir, config in configs:
+        if _sweep_point_done(run_dir, args.stream):
+            sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
+        else:
+            todo.append(config)
+    for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
+                       disable=not sys.stderr.isatty() and not args.progress):
+        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+    # Plans are compared against the highest precision (report.compare.choose_reference).
+    rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
@@ -184,14 +197,56 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reference_label(axes: dict[str, list[Any]], varied: list[str]) -> str | None:
-    """Return the label of the highest-precision quant level when only the quant varies."""
+def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
+    """Refuse a bad level, device or engine name before any point runs (one line naming it)."""
+    from robot_latency.engines import ENGINES  # importing the package registers them
+    from robot_latency.floor.devices import get_device
+    from robot_latency.floor.errors import FloorError
     from robot_latency.models.ladder import VALID_QUANTS
 
-    if varied != ["quant"]:
-        return None
-    order = {q: i for i, q in enumerate(VALID_QUANTS)}
-    return min(axes["quant"], key=lambda q: order.get(str(q), len(order)))
+    for quant in axes["quant"]:
+        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
+            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
+                             f"{', '.join(VALID_QUANTS)}")
+    for device in axes["device"]:
+        try:
+            get_device(device)
+        except FloorError as err:
+            raise UsageError(f"--devices: {err}") from err
+    for engine in axes["engine"]:
+        if engine not in ENGINES:
+            raise UsageError(f"--engines: unknown engine {engine!r}; known: "
+                             f"{', '.join(sorted(ENGINES))}")
+
+
+def _sweep_point_done(run_dir: Path, stream: str) -> bool:
+    """Whether a sweep point's directory holds a finished run of the same stream.
+
+    A directory left by an interrupted point (not finished) is moved aside to
+    ``<sweep>/.incomplete/`` (kept, never deleted), so the point runs again. A finished run of
+    another stream is refused.
+    """
+    import json
+    import time
+
+    manifest_path = run_dir / "manifest.json"
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return False
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("status") == "finished" and (run_dir / "cycles.jsonl").is_file():
+        done_stream = (manifest.get("stream") or {}).get("path")
+        if done_stream not in (None, str(stream)):
+            raise UsageError(f"--out: {run_dir} holds a finished run of another stream "
+                             f"({done_stream}); choose a new directory")
+        return True
+    aside = run_dir.parent / ".incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.rename(aside)
+    sys.stderr.write(f"note: {run_dir} was not finished; moved to {aside}, running it again\n")
+    return False
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -218,6 +273,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.markdown import write_report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
+    # "report runs/ladder/*/ --out runs/ladder/report" run a second time: the glob now holds
+    # the report directory itself, which is no run.
+    runs = [r for r in args.runs if Path(r).resolve() != out.resolve()]
+    if len(runs) < len(args.runs):
+        sys.stderr.write(f"note: {out} is the report's own directory, not a run; left out\n")
+    if not runs:
+        raise UsageError("no run directories left besides the report's own --out")
+    args.runs = runs
     report = write_report(args.runs, out, reference=args.reference)
     echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
     echo(f"\nreport: {report}")
@@ -245,7 +308,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="GGUF path, 'planner' (default: the bundled planner), "
                         "'planner-inflated-<preset>', or a preset for the sim engine")
     p.add_argument("--quant", default=None,
-                   help="ladder level of --model (built on first use), or a preset's quant")
+                   help="ladder level of --model (built on first use), or a preset's quant: "
+                        + ", ".join(VALID_QUANTS))
     p.add_argument("--device", default="orin-nano-8gb",
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--profile", default=None,
@@ -313,11 +377,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sweep", help="run several configurations on one stream and compare them",
         description="Runs every combination of the given axes (--quants, --engines, --devices, "
                     "--deadlines) on the same stream, one run directory each under OUT, then "
-                    "prints the comparison table and writes OUT/comparison.csv and .json.")
+                    "prints the comparison table and writes OUT/comparison.csv and .json. Every "
+                    "level, device and engine is checked before any runs; rerun into the same "
+                    "OUT to resume: finished points are skipped, an unfinished one is moved to "
+                    "OUT/.incomplete/ and run again.")
     _add_run_args(p)
     p.add_argument("--quants", default=None,
                    help="comma-separated quant levels of --model (a GGUF's ladder, built on "
-                        "first use); plans are compared against the highest-precision one")
+                        "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
+                        "against the highest-precision one")
     p.add_argument("--engines", default=None, help="comma-separated engine names")
     p.add_argument("--devices", default=None, help="comma-separated target device ids")
     p.add_argument("--progress", action="store_true",
@@ -330,7 +398,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
     p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
     p.add_argument("--reference", default=None,
-                   help="label of the run plans are compared against (default: the first)")
+                   help="label of the run plans are compared against (default: the highest "
+                        "precision: bits per weight, then F16 > Q8_0 > ...)")
     p.add_argument("--trace", default=None, metavar="FILE.json",
                    help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
     p.set_defaults(func=cmd_report)

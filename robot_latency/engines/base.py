@@ -32,6 +32,8 @@ class StopReason(str, enum.Enum):
     """Why a generation ended."""
 
     DONE = "done"               # the model ended its output (end token or a stop string)
+    COMPLETE = "complete"       # the output is a complete plan: nothing the contract allows
+                                # can follow (robot_latency.plan.contract.output_complete)
     MAX_TOKENS = "max_tokens"   # hit the request's token limit
     DEADLINE = "deadline"       # the engine stopped itself at the request's deadline
     ABORTED = "aborted"         # the caller asked it to stop
@@ -61,6 +63,9 @@ class GenerationRequest:
         stop: strings that end the output when generated (not included in the text).
         temperature: 0 is greedy.
         seed: sampling seed.
+        complete: the output contract's kind (``json``, ``actions``): the generation ends as
+            soon as its text is a complete output of it (:data:`StopReason.COMPLETE`), with no
+            end token waited for. None: only end tokens, stop strings and limits end it.
     """
 
     prompt: str
@@ -71,6 +76,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     seed: int = 0
+    complete: str | None = None
 
     @property
     def full_prompt(self) -> str:
@@ -157,14 +163,28 @@ def stop_after_token(request: GenerationRequest, text_bytes: bytes, produced: in
                      abort: AbortSignal | None, now_ns: int) -> StopReason | None:
     """Return why a generation stops after its ``produced``-th token, or None to go on.
 
-    A stop string in the text so far (DONE), the token budget (MAX_TOKENS), then
-    :func:`stop_reason_now` (abort asked, deadline passed).
+    A stop string in the text so far (DONE), a complete output of the request's contract
+    (COMPLETE), the token budget (MAX_TOKENS), then :func:`stop_reason_now` (abort asked,
+    deadline passed).
     """
     if request.stop and any(s.encode() in text_bytes for s in request.stop):
         return StopReason.DONE
+    if request.complete is not None and output_done(request.complete, text_bytes):
+        return StopReason.COMPLETE
     if produced >= request.max_tokens:
         return StopReason.MAX_TOKENS
     return stop_reason_now(request, abort, now_ns)
+
+
+def output_done(kind: str, text_bytes: bytes) -> bool:
+    """Return whether ``text_bytes`` is a complete output of contract ``kind`` (cheap unless the
+    last byte can end one)."""
+    from robot_latency.plan.contract import output_complete
+
+    tail = text_bytes.rstrip()
+    if not tail or tail[-1:] not in b'}]"el>':
+        return False
+    return output_complete(kind, text_bytes.decode("utf-8", errors="replace"))
 
 
 @runtime_checkable

@@ -31,6 +31,7 @@ from robot_latency.engines.base import (
     GenerationRequest,
     GenerationTrace,
     StopReason,
+    output_done,
     register_engine,
     stop_after_token,
     stop_reason_now,
@@ -90,6 +91,7 @@ class LlamaCppEngine:
         self._ctx_ptr = self.llm._ctx.ctx
         self.n_ctx = self.llm.n_ctx()
         self._eos = self.llm.token_eos()
+        self._vocab = self.llm._model.vocab
         self._grammars: dict[str, Any] = {}
         # The abort callback: one ctypes object kept alive for the engine's life; it reads
         # plain attributes set per generation.
@@ -282,8 +284,7 @@ class LlamaCppEngine:
             sample_ns += now - t0
             trace.token_ns.append(now)
             trace.tokens.append(int(token))
-            if llm._model.token_is_eog(token) if hasattr(llm._model, "token_is_eog") \
-                    else token == self._eos:
+            if self._is_end(token):
                 stop_reason = StopReason.DONE
                 break
             text_bytes += llm.detokenize([token], special=False)
@@ -309,7 +310,15 @@ class LlamaCppEngine:
             trace.phases_extra_ns["grammar"] = sample_ns  # sampling time is grammar-dominated
 
     def _is_end(self, token: int) -> bool:
-        return token == self._eos
+        """Whether ``token`` ends the generation: any end-of-generation token of the vocabulary.
+
+        Not only ``token_eos()``: llama.cpp's vocabulary marks more tokens as end of generation
+        (``</s>``, ``<|im_end|>``, ``<|endoftext|>``, ... by their text) and its grammar sampler
+        allows every one of them once the grammar's root is complete. Stopping on the EOS alone
+        let a model that picked another of them go on emitting it (no text, still allowed by
+        the grammar) until the deadline.
+        """
+        return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def _eval_verify(self, batch: list[int]) -> None:
         """Evaluate ``batch`` with logits at every position (for verification)."""
@@ -372,6 +381,10 @@ class LlamaCppEngine:
                 llm.n_tokens = keep
             pending = out[-1]
             stats.add_round(len(draft), accepted, t1 - t0, t2 - t1)
+            if not done and request.complete is not None and output_done(
+                    request.complete, llm.detokenize(out, special=False)):
+                stop_reason = StopReason.COMPLETE
+                break
             if cfg.draft_adaptive and draft:
                 k = min(cfg.draft_k, k + 1) if accepted == len(draft) else max(1, accepted)
         if done:

@@ -224,8 +224,9 @@ class OnnxEngine:
             raise EngineError(f"onnx: tokenizer {tok_path} has {self.llm.n_vocab()} tokens, "
                               f"model {path} has {self.vocab_size} logits")
         self._pieces, self._eog = self._vocab_pieces()
-        # The end of a generation is the EOS token (``<end>``), as in the llama.cpp engine;
-        # the grammar mask allows every end-of-generation token llama.cpp's grammar allows.
+        # Every end-of-generation token ends a generation (the EOS ``<end>``, and ``</s>``
+        # which llama.cpp's vocabulary also marks so), as in the llama.cpp engine; the grammar
+        # mask allows every one of them where llama.cpp's grammar does.
         self._eos = int(self.llm.token_eos())
         self._mask: ActionGrammarMask | None = None
         self._known_grammar = normalize_gbnf(actions_gbnf())
@@ -404,11 +405,12 @@ class OnnxEngine:
             sample_ns += now - t0
             trace.token_ns.append(now)
             trace.tokens.append(token)
-            if token == self._eos:
+            if token in self._eog:
+                # Any end-of-generation token ends it, not only the EOS: the grammar mask
+                # allows every one of them at a step boundary, as llama.cpp's grammar does.
                 stop_reason = StopReason.DONE
                 break
-            if state is not None and token not in self._eog:
-                # An end-of-generation token leaves llama.cpp's grammar where it was.
+            if state is not None:
                 state = mask.advance(state, self._pieces[token])
                 if state is None:
                     raise EngineError(f"grammar rejected token {token}")

@@ -11,6 +11,10 @@
 Either way :meth:`OutputContract.parse` returns the plan as a JSON object (a dict) or raises
 :class:`~robot_latency.plan.actions.PlanParseError` with what was wrong, which the loop records
 as an ``invalid_output`` fallback with the raw text kept.
+
+A generation ends as soon as its output is complete (:func:`output_complete`: nothing the
+contract allows can follow), and :func:`complete_plan` is the one question every engine and the
+loop ask of a partial output: "is this already a complete, valid plan?".
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from robot_latency.errors import RobotLatencyError
-from robot_latency.plan.actions import PlanParseError, actions_gbnf, expand_to_plan, parse_actions
+from robot_latency.plan.actions import (
+    END_TOKEN,
+    PlanParseError,
+    actions_gbnf,
+    expand_to_plan,
+    parse_actions,
+)
 
 CONTRACTS = ("actions", "json")
 _SPACE_RULE = re.compile(r"^space ::= .*$", re.M)
@@ -159,3 +169,45 @@ class JsonContract:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "grammar": self.grammar is not None,
                 "schema_path": self.schema_path, "schema": self.schema}
+
+
+#: The last character a complete top-level JSON value can end with (a bare number never is
+#: complete while it streams: "1" may become "12").
+_JSON_ENDS = frozenset('}]"el')
+
+
+def output_complete(kind: str, text: str) -> bool:
+    """Return whether ``text`` is a complete output of contract ``kind``: nothing can follow.
+
+    ``json``: one complete JSON value (an object's closing brace, say), whitespace around it
+    allowed. ``actions``: the text carries the end token. A plan's validity is not checked
+    here (:func:`complete_plan` does); completeness alone says that generating further cannot
+    help, so an engine may stop.
+    """
+    if kind == "json":
+        body = text.strip()
+        if not body or body[-1] not in _JSON_ENDS:
+            return False
+        try:
+            json.loads(body)
+        except json.JSONDecodeError:
+            return False
+        return True
+    if kind == "actions":
+        return END_TOKEN in text
+    return False
+
+
+def complete_plan(contract: OutputContract, text: str) -> dict[str, Any] | None:
+    """Return the plan when ``text`` is already a complete output the contract accepts.
+
+    The check an engine runs after each token and the loop runs on whatever a generation
+    returned: a complete JSON value valid under the schema, or a complete action plan. None
+    when the output is incomplete or invalid.
+    """
+    if not output_complete(contract.kind, text):
+        return None
+    try:
+        return contract.parse(text)
+    except PlanParseError:
+        return None

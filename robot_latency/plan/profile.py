@@ -5,7 +5,9 @@ system text and examples, then the per-cycle command and optional robot state, i
 prefix can be cached), which chat format renders it, what the model must output (the bundled
 action tokens, or JSON under a schema) and which fallback applies. Shipped profiles live in
 ``robot_latency/data/profiles/``; ``robot-latency profiles`` lists them. A profile is named by its
-shipped name or by a path to a YAML file; a schema path inside it is relative to that file.
+shipped name or by a path to a YAML file; a schema path inside it is relative to that file, and a
+bare file name that is not there names a shipped schema (``robot_plan.schema.json``), so a copy of
+a shipped profile runs without its schema copied along.
 
 Example (the shipped ``instruct-json``, shortened)::
 
@@ -220,7 +222,8 @@ def parse_profile(data: Any, *, where: str, base_dir: Path | None = None,
     if output.contract == "json" and not output.schema:
         raise ProfileError(f"{where}: output.schema is required for the json contract")
     if output.schema and base_dir is not None and not Path(output.schema).is_absolute():
-        output = OutputSpec(**{**output.__dict__, "schema": str(base_dir / output.schema)})
+        output = OutputSpec(**{**output.__dict__,
+                               "schema": str(_schema_path(base_dir, output.schema))})
     if not 1 <= output.max_tokens <= 4096:
         raise ProfileError(f"{where}: output.max_tokens={output.max_tokens}: must be in 1..4096")
     f = _check(where, "fallback", top.get("fallback", {}), _FALLBACK)
@@ -247,6 +250,18 @@ def parse_profile(data: Any, *, where: str, base_dir: Path | None = None,
                           normalize=normalize, chat_format=chat_format, prompt=prompt,
                           output=output, fallback=fallback, source=where, text=text,
                           sha256=hashlib.sha256(text.encode()).hexdigest() if text else "")
+
+
+def _schema_path(base_dir: Path, schema: str) -> Path:
+    """Resolve a profile's relative schema path: next to the profile, else a shipped schema of
+    that file name (a copied shipped profile keeps working without copying its schema)."""
+    local = base_dir / schema
+    shipped = _shipped_dir() / schema
+    if not local.exists() and Path(schema).name == schema and shipped.is_file():
+        log.info("schema %s not next to the profile (%s): the shipped %s is used", schema,
+                 base_dir, shipped)
+        return shipped
+    return local
 
 
 def _shipped_dir() -> Path:

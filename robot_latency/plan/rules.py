@@ -47,6 +47,14 @@ _SLOW_RE, _FAST_RE, _STOP_RE = _any_of(_SLOW), _any_of(_FAST), _any_of(_STOP_WOR
 _BRING_RE = re.compile(r"\bbring\b")
 _DEST_RE = re.compile(r"\b(?:to|on|onto|into|in)\b(.*)")
 _TO_ME_RE = re.compile(r"\b(?:bring|give|hand) me\b")
+# "can" is an object (a can) and a modal verb ("can you find my phone"). A modal is dropped
+# before the vocabulary is read: "can"/"could"/"will"/"would" before a pronoun, a pronoun before
+# "can", or "can" right before an action verb ("the robot can fetch ...").
+_VERBS = "|".join(re.escape(w) for _, words in _ACTION_WORDS for w in words)
+_MODAL_RE = re.compile(
+    r"\b(?:can|could|would|will)\s+(?:you|u|we|i|it|someone|somebody|the robot)\b"
+    r"|\b(?:you|we|i|it)\s+(?:can|cannot)\b|\bcannot\b"
+    rf"|\bcan(?=\s+(?:please\s+)?(?:{_VERBS})\b)")
 
 
 def _first(text: str, pattern: re.Pattern[str]) -> str | None:
@@ -113,9 +121,10 @@ def rule_plan(command: str) -> list[Step] | None:
     """Return the keyword planner's steps for ``command``, or None when it reads nothing.
 
     Args:
-        command: the operator's command, any case; punctuation and filler words are ignored.
+        command: the operator's command, any case; punctuation, filler words and modal verbs
+            ("can you ...") are ignored; vocabulary words match as whole words only.
     """
-    text = " ".join(_WORD.findall(command.lower()))
+    text = " ".join(_WORD.findall(_MODAL_RE.sub(" ", " ".join(_WORD.findall(command.lower())))))
     if not text:
         return None
     # A stop anywhere in the command wins: it is the safety-relevant reading.

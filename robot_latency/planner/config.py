@@ -21,8 +21,9 @@ class PlannerConfig:
     """How the planner loop runs.
 
     Args:
-        period_ms: planner period (periodic mode: one cycle per tick).
-        deadline_ms: deadline per cycle, counted from the cycle's scheduled start; <= period_ms.
+        period_ms: planner period (periodic mode: one cycle per tick; unused in event mode).
+        deadline_ms: deadline per cycle, counted from the cycle's scheduled start; <= period_ms
+            in periodic mode, any length in event mode.
         mode: ``periodic`` (tick-driven, plans for the newest command) or ``event`` (each
             arriving command starts a cycle; the deadline counts from its arrival).
         publish_margin_ms: time kept before the deadline for the fallback and the publish; the
@@ -70,7 +71,8 @@ class PlannerConfig:
             raise bad("period_ms", "must be > 0")
         if not self.deadline_ms > 0:
             raise bad("deadline_ms", "must be > 0")
-        if self.deadline_ms > self.period_ms:
+        # In event mode each command starts its own cycle: there is no period to fit into.
+        if self.mode == "periodic" and self.deadline_ms > self.period_ms:
             raise bad("deadline_ms", f"must not exceed period_ms={self.period_ms!r}")
         if self.mode not in MODES:
             raise bad("mode", f"must be one of {MODES}")

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
 from robot_latency.engines.base import Engine, GenerationRequest, GenerationTrace, StopReason
 from robot_latency.plan.actions import PlanParseError
+from robot_latency.plan.contract import complete_plan
 from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
@@ -309,7 +310,8 @@ class PlannerLoop:
         rec.prompt = prompt.suffix
         request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
                                     max_tokens=self.max_tokens, deadline_ns=give_up_ns,
-                                    grammar=self.grammar, stop=self.planning.stop)
+                                    grammar=self.grammar, stop=self.planning.stop,
+                                    complete=self.planning.contract.kind)
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
@@ -331,8 +333,10 @@ class PlannerLoop:
             return None, "engine_unavailable"
         if outcome.status == "timeout" or trace is None:
             return None, "deadline"
-        if trace.stop_reason is not StopReason.DONE:
-            return None, "invalid_output"  # cut off at max_tokens: incomplete
+        if trace.stop_reason not in (StopReason.DONE, StopReason.COMPLETE):
+            # cut off at max_tokens: a plan only if it was already complete and valid
+            plan = complete_plan(self.planning.contract, trace.text)
+            return (plan, None) if plan is not None else (None, "invalid_output")
         try:
             plan = self.planning.contract.parse(trace.text)
         except PlanParseError as err:

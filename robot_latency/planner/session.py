@@ -188,6 +188,33 @@ class FloorPredictor:
                           engine_family=t.engine_family, calibration=self._cal_label)
         return out
 
+    def target_answer(self, rec: CycleRecord, *, max_tokens: int | None = None) -> None:
+        """Set the record's predicted end-to-end time on the target and whether it meets the
+        deadline (the ``target_*`` fields of :class:`CycleRecord`); nothing without a
+        calibration, a model token or a TTFT prediction."""
+        if self.calibration is None or not rec.token_ns or rec.tokens_in is None:
+            return
+        t = predict_target(self.model, self.target, self.calibration,
+                           context_tokens=rec.tokens_in, prompt_tokens=rec.tokens_in,
+                           cached_prefix_tokens=rec.prefix_cache_tokens or 0)
+        if t.ttft_pred_ms is None:
+            return
+        n = rec.tokens_out
+        lo, hi = t.itl_pred_interval_ms
+        e2e = t.ttft_pred_ms + (n - 1) * t.itl_pred_ms
+        complete = rec.stop_reason in ("done", "complete")
+        deadline_ms = rec.deadline_budget_ns / 1e6
+        rec.target_e2e_pred_ms = e2e
+        rec.target_e2e_pred_interval_ms = [t.ttft_pred_ms + (n - 1) * lo,
+                                           t.ttft_pred_ms + (n - 1) * hi]
+        rec.target_deadline_met_pred = (e2e <= deadline_ms if complete
+                                        else (False if e2e > deadline_ms else None))
+        rec.target_pred = {"ttft_ms": t.ttft_pred_ms, "itl_ms": t.itl_pred_ms,
+                           "itl_interval_ms": [lo, hi], "tokens_out": n,
+                           "basis": "complete" if complete else "partial",
+                           "max_tokens": max_tokens, "device_id": self.target.id,
+                           "engine_family": t.engine_family}
+
     def manifest(self) -> dict[str, Any]:
         """Return the weights-only floors and the target's calibrated prediction."""
         out: dict[str, Any] = {key: predict_floor(self.model, d).to_dict()
@@ -338,6 +365,10 @@ class PlannerRun:
         """Enrich a record (floor, CPU, RSS, telemetry) after its plan is out, then log it."""
         if self.floor is not None:
             rec.floor = self.floor.predict(rec.tokens_in)
+            try:
+                self.floor.target_answer(rec, max_tokens=self.loop.max_tokens)
+            except FloorError as err:  # a prediction never stops the run
+                log.warning("cycle %d: no target prediction: %s", rec.cycle, err)
         rec.cpu_percent = self._proc.cpu_percent(None)
         rss = self._proc.memory_info().rss
         pid = getattr(self.runner, "pid", None)

@@ -38,6 +38,8 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
                             speculative decoding: acceptance rate, draft cost ratio c, and the
                             formula's speed-up from them (v = 0); None without a draft
 ``replay_mode``, ``replay_speed``   ``"recorded"`` or ``"asap"`` (as fast as possible), factor
+``reference_reason``        why the reference is the reference (``--reference``, or the highest
+                            precision among the runs: bits per weight, then the ladder's order)
 ==========================  =====================================================================
 
 Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
@@ -122,6 +124,7 @@ class ComparisonRow:
     spec_predicted_speedup: float | None
     replay_mode: str | None
     replay_speed: float | None
+    reference_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a dict keyed by :data:`COLUMNS`."""
@@ -181,7 +184,64 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> ComparisonRow:
+def _quant_rank(run: RunData) -> int:
+    """The run's place in the ladder (0 = F32, highest): its model's quant, else its label."""
+    from robot_latency.models.ladder import VALID_QUANTS
+
+    rank = {q: i for i, q in enumerate(VALID_QUANTS)}
+    for name in (model_field(run, "quant"), run.label):
+        if isinstance(name, str) and name.upper() in rank:
+            return rank[name.upper()]
+    return len(VALID_QUANTS)
+
+
+def choose_reference(runs: Sequence[RunData], reference: str | None = None
+                     ) -> tuple[RunData | None, str | None]:
+    """Return the run plans are compared against, and why it was chosen.
+
+    ``reference`` (a label) wins; otherwise the highest precision among the runs: the highest
+    effective bits per weight (when every run records it), then the ladder's order (F32 > F16 >
+    Q8_0 > ... > Q2_K; the model's quant, else the run's label), then the first given. The order
+    of the arguments decides nothing else.
+
+    Raises:
+        ReportError: ``reference`` names no run.
+    """
+    if not runs:
+        return None, None
+    if reference is not None:
+        matches = [r for r in runs if r.label == reference]
+        if not matches:
+            raise ReportError(f"reference configuration {reference!r} is not among the runs "
+                              f"({', '.join(r.label for r in runs)})")
+        return matches[0], "chosen with --reference"
+    if len(runs) == 1:
+        return runs[0], "the only run"
+    bpws = [_float(model_field(r, "effective_bpw")) for r in runs]
+    ranks = [_quant_rank(r) for r in runs]
+    by_bpw = all(b is not None for b in bpws)
+    keys = [((b or 0.0) if by_bpw else 0.0, -rank) for b, rank in zip(bpws, ranks, strict=True)]
+    best = max(range(len(runs)), key=lambda i: (keys[i], -i))
+    run, bpw, rank = runs[best], bpws[best], ranks[best]
+    if not by_bpw and rank == _quant_rank_unknown():
+        return run, "no precision recorded for every run: the first run"
+    level = model_field(run, "quant") or run.label
+    if len(set(keys)) == 1:
+        return run, "every run at the same precision: the first run"
+    if by_bpw and sum(1 for b in bpws if b == bpw) == 1:
+        return run, f"highest precision among the runs: {bpw:.2f} bits per weight ({level})"
+    return run, (f"highest precision among the runs: {level}, first in the ladder's order "
+                 "F32 > F16 > Q8_0 > ... > Q2_K")
+
+
+def _quant_rank_unknown() -> int:
+    from robot_latency.models.ladder import VALID_QUANTS
+
+    return len(VALID_QUANTS)
+
+
+def _row(run: RunData, reference: RunData | None, run_dir: str | None,
+         reference_reason: str | None = None) -> ComparisonRow:
     recs = run.records
     n = len(recs)
     ttft = distribution(r.ttft_ns / 1e6 for r in recs if r.ttft_ns is not None)
@@ -240,6 +300,7 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
         spec_predicted_speedup=spec.get("predicted_speedup"),
         replay_mode=replay_mode(run),
         replay_speed=replay_speed(run),
+        reference_reason=reference_reason,
     )
 
 
@@ -253,16 +314,9 @@ def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
     """Compare runs already in memory (see :func:`compare_runs`)."""
     if not runs:
         return []
-    if reference is None:
-        ref: RunData | None = runs[0]
-    else:
-        matches = [r for r in runs if r.label == reference]
-        if not matches:
-            raise ReportError(f"reference configuration {reference!r} is not among the runs "
-                              f"({', '.join(r.label for r in runs)})")
-        ref = matches[0]
+    ref, why = choose_reference(runs, reference)
     dirs = [str(d) for d in run_dirs] if run_dirs is not None else [None] * len(runs)
-    return [_row(run, ref, d) for run, d in zip(runs, dirs, strict=True)]
+    return [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,
@@ -272,7 +326,7 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,
     Args:
         run_dirs: directories written by ``robot-latency run``.
         reference: the label of the configuration that plan agreement is measured against;
-            default: the first run.
+            default: the highest precision (:func:`choose_reference`).
 
     Raises:
         RunDirError: a directory lacks ``cycles.jsonl`` or ``manifest.json`` or cannot be read

@@ -1,7 +1,8 @@
 """The Markdown report: comparison table, tail diagnosis per configuration, plots, caveats.
 
-``write_report(run_dirs, out_dir)`` writes into ``out_dir``: ``report.md``, the PNGs of
-:data:`robot_latency.report.plots.PLOTS` (those with data), and the comparison as
+``write_report(run_dirs, out_dir)`` writes into ``out_dir``: ``report.md`` (opening with the
+target's answer per level, :mod:`robot_latency.report.target`, and ``target_e2e.png``), the PNGs
+of :data:`robot_latency.report.plots.PLOTS` (those with data), and the comparison as
 ``comparison.csv`` and ``comparison.json`` (columns in :mod:`robot_latency.report.compare`).
 """
 
@@ -31,11 +32,15 @@ from robot_latency.report.diagnose import (
 )
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
+from robot_latency.report.target import plot_target_e2e, target_level, target_section
 from robot_latency.stats import P99_MIN_SAMPLES
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.md"
+
+#: The predicted target e2e plot of the opening section.
+TARGET_PLOT = "target_e2e.png"
 
 _PLOT_TITLES = {
     "itl_cdf.png": "ITL CDF with floor lines",
@@ -135,14 +140,19 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
 
 def render_report(runs: Sequence[RunData], table_md: str,
                   plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
-                  edges: Sequence[EdgeComparison] = ()) -> str:
+                  edges: Sequence[EdgeComparison] = (), reference_note: str = "",
+                  target_lines: Sequence[str] = ()) -> str:
     """Return the report's Markdown text; plot links are relative to the report."""
     lines = ["# Latency report", ""]
     asap = [r.label for r in runs if replay_mode(r) == "asap"]
     if asap:
         lines += [f"> **As-fast-as-possible replay** (not at recorded times): {', '.join(asap)}. "
                   "Their latencies include self-inflicted queueing.", ""]
-    lines += ["## Comparison", "", table_md, "",
+    lines += list(target_lines)
+    lines += ["## Comparison", "", table_md, ""]
+    if reference_note:
+        lines += [reference_note, ""]
+    lines += [
               "Rates are fractions of all cycles with Wilson 95% intervals. A *deadline miss* is a "
               "plan published late or a skipped cycle; a *model miss* is a cycle the model did "
               "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
@@ -183,7 +193,7 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         run_dirs: directories written by ``robot-latency run``, one per configuration.
         out_dir: where to write (created if needed).
         reference: label of the configuration plan agreement is measured against (default:
-            the first run).
+            the highest precision, :func:`robot_latency.report.compare.choose_reference`).
 
     Returns:
         The path of ``report.md``.
@@ -204,7 +214,16 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         plots["reaction_cdf.png"] = plot_reaction_cdf(edges, out / "reaction_cdf.png")
     # each record's own deadline budget is the truth; the manifest's is only a label
     diagnoses = [diagnose(r.records) for r in runs]
-    text = render_report(runs, to_markdown(rows), plots, diagnoses, edges)
+    ref = rows[0] if rows else None
+    note = (f"Plan agreement and TPOT ratios are against **{ref.reference}**: "
+            f"{ref.reference_reason}." if ref is not None and ref.reference else "")
+    # The opening section: the target's answer per level (robot_latency.report.target).
+    ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
+    levels = [target_level(r, ref_run) for r in runs]
+    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
+    text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
+                         reference_note=note,
+                         target_lines=target_section(levels, rows, target_plot))
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

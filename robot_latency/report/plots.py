@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.diagnose import is_deadline_miss, is_model_miss, ordered_phases
@@ -57,10 +57,13 @@ def _runs(runs: Runs) -> list[RunData]:
 
 
 def _plain_log_ticks(axis: Any) -> None:
-    """Label a log axis 3, 10, 30 rather than 3x10^0."""
+    """Label a log axis 1, 2, 5, 10, 20, 50 rather than 10^0, and only there: labelling every
+    minor tick runs the labels into each other (8 9 10) at the default size."""
     fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(fmt)
-    axis.set_minor_formatter(fmt)
+    axis.set_minor_locator(LogLocator(base=10, subs=tuple(float(k) for k in range(1, 10))))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _cdf(ax: Axes, values_ms: Sequence[float], label: str) -> Line2D:
@@ -171,7 +174,13 @@ def plot_miss_rate(runs: Runs,
 def plot_phase_timeline(runs: Runs,
                         path: str | os.PathLike[str], *,
                         n_slowest: int = TIMELINE_CYCLES) -> Path | None:
-    """Plot the phases of each run's ``n_slowest`` cycles on their timeline, with the deadline.
+    """Plot the phases of each run's ``n_slowest`` cycles (:func:`phase_timeline_figure`)."""
+    fig = phase_timeline_figure(runs, n_slowest=n_slowest)
+    return None if fig is None else _save(fig, path)
+
+
+def phase_timeline_figure(runs: Runs, *, n_slowest: int = TIMELINE_CYCLES) -> Figure | None:
+    """Draw the phases of each run's ``n_slowest`` cycles on their timeline, with the deadline.
 
     One panel per configuration; a bar per cycle (slowest at the top). Each phase is drawn where
     it ran (:func:`robot_latency.report.phases.cycle_spans`); a phase that is part of another
@@ -218,9 +227,24 @@ def plot_phase_timeline(runs: Runs,
         ax.set_ylabel("cycle")
         ax.set_title(f"{run.label}: {len(recs)} slowest cycles", fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
+    # The deadline inside every panel, not on its edge: room to its right, the same scale.
+    ends = [(r.cycle_ns or 0) / 1e6 for _, recs in panels for r in recs]
+    ends += [d for run, _ in panels if (d := deadline_ms(run)) is not None]
+    for ax in axes:
+        ax.set_xlim(0, max(ends) * 1.08 if ends and max(ends) > 0 else None)
     axes[-1].set_xlabel("time since the scheduled start (ms)")
-    fig.legend(loc="upper right", fontsize=7)
-    return _save(fig, path)
+    # One legend under the last panel (fig.legend floated above the panels).
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    below_in = 0.5  # under the x label, in inches, whatever the panel's height
+    ax_h_in = axes[-1].get_position().height * fig.get_figheight()
+    axes[-1].legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -below_in / ax_h_in),
+                    ncol=min(4, len(labels)), fontsize=7, frameon=False)
+    return fig
 
 
 def _timeline_label(rec: CycleRecord) -> str:
@@ -240,10 +264,16 @@ def _colours(n: int) -> list[tuple[float, float, float, float]]:
 
 def plot_measured_vs_predicted(runs: Runs,
                                path: str | os.PathLike[str]) -> Path | None:
-    """Plot ITL against its floor: measured on this host, and predicted on the target.
+    """Plot ITL against its floor (:func:`measured_vs_predicted_figure`)."""
+    fig = measured_vs_predicted_figure(runs)
+    return None if fig is None else _save(fig, path)
 
-    Each run gives a filled point (host floor, measured ITL p50 on this host), annotated with
-    its floor efficiency (floor / measured), and, where the run carries a calibrated target
+
+def measured_vs_predicted_figure(runs: Runs) -> Figure | None:
+    """Draw ITL against its floor: measured on this host, and predicted on the target.
+
+    Each run gives a filled point (host floor, measured ITL p50 on this host), its floor
+    efficiency (floor / measured) in the legend, and, where the run carries a calibrated target
     prediction, a hollow triangle (target floor, predicted ITL on the target) with the
     prediction's interval as an error bar. The dashed y = x line is the floor itself: no point
     can lie below it.
@@ -267,10 +297,9 @@ def plot_measured_vs_predicted(runs: Runs,
     labels = list(dict.fromkeys([p[0] for p in points] + [t[0] for t in targets]))
     colour = dict(zip(labels, _colours(len(labels)), strict=True))
     for label, floor, measured, n in points:
+        # The efficiency goes in the legend: labels next to close points overlap.
         ax.scatter([floor], [measured], s=40, color=colour[label], zorder=3,
-                   label=f"{label}: measured on this host (n={n})")
-        ax.annotate(f"{label}: eff {floor / measured:.2f}", (floor, measured), fontsize=7,
-                    textcoords="offset points", xytext=(5, 5))
+                   label=f"{label}: measured here, floor eff. {floor / measured:.2f} (n={n})")
     values = [v for p in points for v in (p[1], p[2])]
     for label, t_floor, pred, device in targets:
         y = pred["itl_pred_ms"]
@@ -293,11 +322,13 @@ def plot_measured_vs_predicted(runs: Runs,
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("ITL floor, bytes per step / bandwidth (ms/token, log scale)")
-    ax.set_ylabel("ITL: measured p50 on this host, or predicted on the target (ms/token)")
-    ax.set_title("Measured (host) and predicted (target) decode step against the floor")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
-    return _save(fig, path)
+    ax.set_ylabel("ITL (ms/token): measured p50 here, or predicted on the target")
+    ax.set_title("Decode step against its floor: measured here, predicted on the target",
+                 fontsize=10)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+    return fig
 
 
 #: Every plot, by the file name the report gives it.

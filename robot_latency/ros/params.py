@@ -118,7 +118,7 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "calibration file for engine_family on the target (robot-latency calibrate); "
           "empty: the published table's"),
     _spec("deadline_ms", _PC.deadline_ms, "double",
-          "deadline per cycle from its scheduled start (ms); <= period_ms",
+          "deadline per cycle from its scheduled start (ms); <= period_ms in periodic mode",
           low=0.0, high=60_000.0),
     _spec("period_ms", _PC.period_ms, "double", "planner period (ms)", low=0.0, high=60_000.0),
     _spec("mode", _PC.mode, "string",

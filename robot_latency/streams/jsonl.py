@@ -74,7 +74,8 @@ def read_jsonl(
                 raise _BadLine(f"duplicate id {command_id!r}")
         except _BadLine as err:
             if on_bad_line == "error":
-                raise StreamError(f"{path}:{lineno}: bad command line: {err}") from None
+                raise StreamError(f"{path}:{lineno}: bad command line: {err} (--skip-bad-lines "
+                                  "replays the good lines and lists the bad)") from None
             log.warning("%s:%d: skipping bad command line: %s", path, lineno, err)
             skipped.append(lineno)
             continue

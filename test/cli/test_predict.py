@@ -234,3 +234,29 @@ def test_run_sim_with_an_engine_family_simulates_and_records_it(
     err = _fails(capsys, "run", "--stream", str(stream), "--engine", "sim", "--engine-family",
                  "warp", "--device", "orin-nano-8gb", "--out", str(tmp_path / "bad"))
     assert "warp" in err
+
+
+def test_predict_takes_a_gguf_files_ladder_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from robot_latency.models.bundled import bundled_model_path
+
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    own = tmp_path / "mine.gguf"  # an F32 GGUF of the user's
+    shutil.copy(bundled_model_path(), own)
+    q8 = _json(capsys, "predict", "--model", str(own), "--quant", "Q8_0", "--json")
+    f32 = _json(capsys, "predict", "--model", str(own), "--json")
+    assert q8["quant"] == "Q8_0" and f32["quant"] != "Q8_0"
+    assert q8["itl_floor_ms"] < f32["itl_floor_ms"]  # fewer bytes per step at Q8_0
+    assert (tmp_path / "cache" / "models" / "mine.Q8_0.gguf").is_file()
+    err = _fails(capsys, "predict", "--model", str(own), "--quant", "Q4_KM")
+    assert "--quant Q4_KM: unknown quant 'Q4_KM'; valid: F32, F16, Q8_0" in err
+
+
+def test_quant_help_lists_the_levels(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("run", "sweep", "predict"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, Q3_K_M, Q2_K" in text, command

@@ -208,9 +208,47 @@ def test_greedy_grammar_fast_path_equals_the_full_grammar_chain(engine, model: P
             want = []
             for tok in ref.generate(prompt, temp=0.0, repeat_penalty=1.0, grammar=grammar):
                 want.append(int(tok))
-                if tok == ref.token_eos() or len(want) == 16:
+                if llama_cpp.llama_vocab_is_eog(ref._model.vocab, tok) or len(want) == 16:
                     break
             got = engine.generate(_req(cmd, max_tokens=16, grammar=actions_gbnf()))
             assert got.tokens == want
     finally:
         ref.close()
+
+
+# Tokens after the grammar's end. Once a grammar's root is complete, llama.cpp's grammar sampler
+# allows every end-of-generation token of the vocabulary, not just the EOS: this vocabulary has
+# two, ``<end>`` (EOS) and ``</s>`` (marked EOG by llama.cpp from its text). This seed's model
+# picks ``</s>`` for "stop"; an engine that ended only on the EOS went on emitting it (no text,
+# still allowed by the grammar) until max_tokens or the deadline.
+_CLOSED = 'root ::= "{}"'
+
+
+def _eog_ids(engine) -> set[int]:
+    vocab = engine.llm._model.vocab
+    return {i for i in range(engine.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, i)}
+
+
+def test_every_end_of_generation_token_ends_a_generation(engine) -> None:
+    eog = _eog_ids(engine)
+    other = {int(t) for t in engine.llm.tokenize(b"</s>", add_bos=False, special=True)}
+    assert engine.llm.token_eos() in eog and other <= eog and len(eog) >= 2
+    last = []
+    for cmd in ["stop", "go to the kitchen", "bring me the cup", "find the ball"]:
+        trace = engine.generate(_req(cmd, max_tokens=20, grammar=_CLOSED))
+        assert trace.stop_reason is StopReason.DONE, (cmd, trace.tokens)
+        assert trace.text == "{}" and trace.tokens[-1] in eog
+        assert all(t not in eog for t in trace.tokens[:-1]), trace.tokens
+        last.append(trace.tokens[-1])
+    # the case that ran to the limit before: an end token other than the EOS was chosen
+    assert any(t != engine.llm.token_eos() for t in last), last
+
+
+def test_a_complete_output_ends_the_generation_without_an_end_token(engine) -> None:
+    trace = engine.generate(_req("stop", max_tokens=20, grammar=_CLOSED, complete="json"))
+    assert trace.stop_reason is StopReason.COMPLETE and trace.text == "{}"
+    assert not set(trace.tokens) & _eog_ids(engine)
+    # without a grammar the same check ends a complete JSON value as soon as it closes
+    speculative_free = engine.generate(_req("stop", max_tokens=20, grammar='root ::= "[1]"',
+                                            complete="json"))
+    assert speculative_free.text == "[1]" and speculative_free.stop_reason is StopReason.COMPLETE

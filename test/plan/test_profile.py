@@ -15,7 +15,9 @@ from robot_latency.plan.actions import (
     LOCATIONS,
     OBJECTS,
     PlanParseError,
+    expand_to_plan,
     instruct_plan_schema,
+    parse_actions,
 )
 from robot_latency.plan.normalize import normalize_command
 from robot_latency.plan.profile import (
@@ -230,3 +232,37 @@ def test_unknown_profile_name_and_bad_yaml(tmp_path: Path) -> None:
     path.write_text("name: [unclosed\n")
     with pytest.raises(ProfileError, match=r"bad.yaml: not valid YAML"):
         load_profile(str(path))
+
+
+def test_a_copied_shipped_profile_finds_the_shipped_schema_by_name(tmp_path: Path) -> None:
+    from robot_latency.plan.profile import shipped_profiles
+
+    copy = tmp_path / "my_robot.yaml"
+    copy.write_text(shipped_profiles()["instruct-json"].read_text())  # the YAML alone
+    planning = load_planning(str(copy))
+    assert Path(planning.profile.output.schema).parent == shipped_profiles()[
+        "instruct-json"].parent
+    # a schema next to the copy wins over the shipped one of the same name
+    (tmp_path / "robot_plan.schema.json").write_text(json.dumps(
+        {"type": "object", "required": ["verb"], "properties": {"verb": {"enum": ["halt"]}}}))
+    own = load_profile(str(copy))
+    assert own.output.schema == str(tmp_path / "robot_plan.schema.json")
+
+
+# --- is the output already a complete, valid plan? ----------------------------------------------
+def test_complete_plan_is_asked_of_partial_outputs(tmp_path: Path) -> None:
+    from robot_latency.plan.contract import complete_plan, output_complete
+
+    planning = Planning(load_profile(write_profile(tmp_path, _own(tmp_path, rule="none"))))
+    contract = planning.contract
+    text = '{"verb":"halt"}'
+    assert [complete_plan(contract, text[:i]) for i in range(len(text))] == [None] * len(text)
+    assert complete_plan(contract, text) == {"verb": "halt"}
+    assert complete_plan(contract, text + "\n") == {"verb": "halt"}
+    assert complete_plan(contract, '{"verb":"fly"}') is None  # complete, but not valid
+    assert output_complete("json", '{"verb":"fly"}') and not output_complete("json", '{"v":1')
+    assert not output_complete("json", "12")  # a number may go on
+    assert not output_complete("json", '{"a":"}"')  # a brace inside a string
+    actions = load_planning("bundled-actions").contract
+    assert complete_plan(actions, "<stop>") is None
+    assert complete_plan(actions, "<stop><end>") == expand_to_plan(parse_actions("<stop>"))

@@ -21,6 +21,12 @@ from robot_latency.plan.rules import rule_plan
      "<find><col:green><obj:ball><fast><goto><loc:garage><fast><end>"),
     ("grab the mugs and hand it to me", "<pick><obj:mug><give><end>"),
     ("wait here", "<wait><end>"),
+    # "can" is an object and a modal verb: the modal is never read as a target
+    ("can you find my phone", "<find><obj:phone><end>"),
+    ("Could you bring me the can?", "<pick><obj:can><give><end>"),
+    ("you can pick up the can", "<pick><obj:can><end>"),
+    ("the robot can fetch the cup", "<pick><obj:cup><end>"),
+    ("pick up the cans", "<pick><obj:can><end>"),
 ])
 def test_reads_commands(command: str, tokens: str) -> None:
     steps = rule_plan(command)
@@ -30,6 +36,7 @@ def test_reads_commands(command: str, tokens: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["", "   ", "hello there", "pick it up", "go over there",
-                                     "\x00\x01", "1234 5678"])
+                                     "\x00\x01", "1234 5678", "can you help me",
+                                     "find a scan of the cupboard"])
 def test_does_not_guess(command: str) -> None:
     assert rule_plan(command) is None

@@ -66,6 +66,17 @@ def test_periodic_replay_writes_a_consistent_run_directory(tmp_path: Path) -> No
     assert manifest["replay"]["mode"] == "recorded"
     # every record carries floor predictions for host and target, and process stats
     assert all(r.floor["target"]["device_id"] == "orin-nano-8gb" for r in records)
+    # and the target's answer: TTFT + (tokens out - 1) x ITL, against the cycle's deadline
+    asked = [r for r in records if r.token_ns]
+    assert asked
+    for r in asked:
+        p = r.target_pred
+        assert p is not None and p["tokens_out"] == r.tokens_out and p["basis"] == "complete"
+        assert r.target_e2e_pred_ms == pytest.approx(p["ttft_ms"]
+                                                     + (r.tokens_out - 1) * p["itl_ms"])
+        lo, hi = r.target_e2e_pred_interval_ms
+        assert lo <= r.target_e2e_pred_ms <= hi
+        assert r.target_deadline_met_pred == (r.target_e2e_pred_ms <= 60)
     assert all(r.rss_bytes and r.rss_bytes > 0 for r in records)
 
 
@@ -135,12 +146,20 @@ def test_cli_report_over_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
                      "--deadline-ms", "60", "--period-ms", "100", "--asap", "--mode", "event",
                      "--label", device, "--out", str(out)]) == 0
         runs.append(str(out))
-    capsys.readouterr()
+        printed = capsys.readouterr().out
+        recs = read_records(out / "cycles.jsonl")
+        model = sum(1 for r in recs if r.plan_source == "model")
+        assert (f"plans: {model} from the model, {len(recs) - model} from a fallback, "
+                f"of {len(recs)} cycles") in printed
     assert main(["report", *runs, "--out", str(tmp_path / "report")]) == 0
     table = capsys.readouterr().out
     assert "orin-agx-64gb" in table and "orin-nano-4gb" in table
     for name in ("report.md", "comparison.csv", "itl_cdf.png"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+    # the same glob again now holds the report's own directory: left out, not an error
+    assert main(["report", *runs, str(tmp_path / "report"), "--out",
+                 str(tmp_path / "report")]) == 0
+    assert "is the report's own directory" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
 
@@ -163,7 +182,40 @@ def test_cli_sweep_over_devices_and_deadlines(tmp_path: Path,
     # a slower device never misses less at the same deadline (3 commands, same stream)
     by = {r["label"]: r for r in rows}
     assert by["orin-nano-4gb 40ms"]["model_misses"] >= by["orin-agx-64gb 40ms"]["model_misses"]
-    assert main(["sweep", "--stream", str(path), "--out", str(out)]) == 2  # not empty
+    # rerun into the same directory: resumed, every finished point skipped, nothing rerun
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/cycles.jsonl")}
+    capsys.readouterr()
+    assert main(["sweep", "--stream", str(path), "--engine", "sim",
+                 "--devices", "orin-agx-64gb,orin-nano-4gb",
+                 "--deadlines", "40,80", "--runner", "inline", "--asap", "--mode", "event",
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().err.count("already done; skipped") == 4
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/cycles.jsonl")} == before
+    # an interrupted point's leftovers are kept aside and the point runs again
+    (out / "orin-agx-64gb_40ms" / "manifest.json").write_text('{"status": "running"}')
+    assert main(["sweep", "--stream", str(path), "--engine", "sim",
+                 "--devices", "orin-agx-64gb,orin-nano-4gb",
+                 "--deadlines", "40,80", "--runner", "inline", "--asap", "--mode", "event",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("already done; skipped") == 3 and "was not finished; moved to" in err
+    assert len(list((out / ".incomplete").iterdir())) == 1
+    assert json.loads((out / "orin-agx-64gb_40ms" / "manifest.json").read_text())[
+        "status"] == "finished"
+
+
+def test_sweep_checks_every_level_before_running_any(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = _stream(tmp_path, [0])
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--stream", str(path), "--engine", "sim", "--quants", "Q8_0,Q4_KM",
+                 "--runner", "inline", "--asap", "--mode", "event", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--quants: unknown level 'Q4_KM'; valid: F32, F16, Q8_0" in err
+    assert not out.exists()  # nothing ran
+    assert main(["sweep", "--stream", str(path), "--engine", "sim", "--devices",
+                 "orin-agx-64gb,orin-nope", "--out", str(out)]) == 2
+    assert "--devices:" in capsys.readouterr().err and not out.exists()
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])

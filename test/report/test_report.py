@@ -240,3 +240,135 @@ def test_report_with_a_run_without_tokens(tmp_path: Path) -> None:
     assert "not drawn (no data)" in text
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert all((tmp_path / "out" / link).is_file() for link in links)
+
+
+def test_the_reference_is_the_highest_precision_whatever_the_order(tmp_path: Path) -> None:
+    def run(name: str, bpw: float | None) -> Path:
+        manifest = _manifest(name)
+        manifest["model"]["effective_bpw"] = bpw
+        recs = [_cycle(i, plan={"steps": [i]}) for i in range(3)]
+        return _write_run(tmp_path / name, recs, manifest)
+
+    dirs = [run("Q4_0", 5.37), run("Q4_K_M", 6.16), run("Q8_0", 8.5)]  # the shell's order
+    for order in (dirs, dirs[::-1]):
+        rows = compare_runs(order)
+        assert {r.reference for r in rows} == {"Q8_0"}
+        assert rows[0].reference_reason == ("highest precision among the runs: 8.50 bits per "
+                                            "weight (Q8_0)")
+    rows = compare_runs(dirs, reference="Q4_0")  # --reference still overrides
+    assert {r.reference for r in rows} == {"Q4_0"}
+    assert rows[0].reference_reason == "chosen with --reference"
+    # without bits per weight for every run, the ladder's order decides
+    f16 = run("F16", None)
+    assert {r.reference for r in compare_runs([dirs[0], f16])} == {"F16"}
+    report = (write_report(dirs, tmp_path / "rep")).read_text()
+    assert "against **Q8_0**: highest precision among the runs: 8.50 bits per weight" in report
+    same = [run("a", 5.37), run("b", 5.37)]  # e.g. a sweep over devices
+    assert compare_runs(same[::-1])[0].reference_reason == ("every run at the same precision: "
+                                                            "the first run")
+
+
+def _predicted(rec: CycleRecord, *, ttft_ms: float, itl_ms: float, finished: bool) -> CycleRecord:
+    """Give a record what the run writes: its stop reason and the target's answer."""
+    rec.stop_reason = "complete" if finished else "deadline"
+    n = rec.tokens_out
+    rec.target_pred = {"ttft_ms": ttft_ms, "itl_ms": itl_ms,
+                       "itl_interval_ms": [0.9 * itl_ms, 1.2 * itl_ms], "tokens_out": n,
+                       "basis": "complete" if finished else "partial", "max_tokens": 50,
+                       "device_id": "orin-nano-8gb", "engine_family": "llamacpp-cuda"}
+    rec.target_e2e_pred_ms = ttft_ms + (n - 1) * itl_ms
+    rec.target_e2e_pred_interval_ms = [ttft_ms + (n - 1) * 0.9 * itl_ms,
+                                       ttft_ms + (n - 1) * 1.2 * itl_ms]
+    rec.target_deadline_met_pred = rec.target_e2e_pred_ms <= 100 if finished else None
+    return rec
+
+
+def test_the_report_opens_with_the_targets_answer_per_level(tmp_path: Path) -> None:
+    from robot_latency.report.target import target_level
+
+    # Q8_0 (reference): 5 gaps per plan; predicted 10 + 4 x 20 = 90 ms (in time) for c0-c7,
+    # 10 + 4 x 30 = 130 ms (a miss) for c8, c9. Interval ends: 82 / 106 ms and 118 / 154 ms.
+    ref = [_predicted(_cycle(i), ttft_ms=10, itl_ms=20 if i < 8 else 30, finished=True)
+           for i in range(10)]
+    # Q4_0: every output cut off here after 2 tokens: predicted from the reference's plan
+    # length for the same command (5 tokens; every reference plan finished).
+    q4 = [_predicted(_cycle(i, n_gaps=1), ttft_ms=10, itl_ms=15, finished=False)
+          for i in range(10)]
+    dirs = [_write_run(tmp_path / "q4", q4, _manifest("Q4_0")),
+            _write_run(tmp_path / "q8", ref, _manifest("Q8_0"))]
+    for d, bpw in ((dirs[0], 5.37), (dirs[1], 8.5)):
+        m = json.loads((d / "manifest.json").read_text())
+        m["model"]["effective_bpw"] = bpw
+        (d / "manifest.json").write_text(json.dumps(m))
+    runs = [load_run(d) for d in dirs]
+    lv8 = target_level(runs[1], runs[1])
+    assert lv8.n == 10 and lv8.misses() == 2 and lv8.planned == {}
+    assert (lv8.rate("lo"), lv8.rate("hi")) == (pytest.approx(0.2), pytest.approx(1.0))
+    assert lv8.ci95() == pytest.approx(wilson_interval(2, 10))
+    lv4 = target_level(runs[0], runs[1])
+    # planned from the reference's 5 tokens: 10 + 4 x 15 = 70 ms, never its own 2 tokens
+    assert lv4.planned == {"the reference's plan length": 10} and lv4.misses() == 0
+    assert {c.tokens_out for c in lv4.cycles} == {5}
+    assert [c.e2e_ms for c in lv4.cycles] == pytest.approx([70.0] * 10)
+    # without a reference, the run's max_tokens (50): 10 + 49 x 15 = 745 ms, all misses
+    alone = target_level(runs[0], None)
+    assert alone.planned == {"max_tokens": 10} and alone.misses() == 10
+
+    text = write_report(dirs, tmp_path / "rep").read_text()
+    first = text.split("\n## ")[1]
+    assert first.startswith("On orin-nano-8gb with llamacpp-cuda")
+    q8_row = next(line for line in first.splitlines() if line.startswith("| Q8_0 |"))
+    assert "| 20.0% [" in q8_row and "| 20.0% - 100.0% |" in q8_row
+    assert "Q4_0: 10 of 10 cycles predicted from the planned output length (none of its " \
+        "outputs finished here): the reference's plan length (10)" in first
+    png = tmp_path / "rep" / "target_e2e.png"
+    assert png.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def _overlaps(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
+            if boxes[i].overlaps(boxes[j])]
+
+
+def test_plots_are_legible_at_their_default_size(tmp_path: Path) -> None:
+    """No tick labels or point labels running into each other; the deadline inside every
+    panel of the phase timeline; its legend under the panels, not floating above them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from robot_latency.report.plots import measured_vs_predicted_figure, phase_timeline_figure
+
+    # three levels with close floors and ITLs, as a quant ladder gives them
+    runs = []
+    for name, floor_ms, gap_ms in (("Q4_0", 10.8, 19), ("Q4_K_M", 12.3, 20), ("Q8_0", 16.4, 28)):
+        manifest = _manifest(name)
+        manifest["floor"]["host"]["itl_floor_ms"] = floor_ms
+        manifest["floor"]["target_prediction"] = {
+            "itl_pred_ms": 2 * floor_ms, "engine_family": "llamacpp-cuda",
+            "itl_pred_interval_ms": [1.8 * floor_ms, 2.3 * floor_ms]}
+        recs = [_cycle(i, gap_ms=gap_ms) for i in range(6)]
+        runs.append(load_run(_write_run(tmp_path / name, recs, manifest)))
+    fig = measured_vs_predicted_figure(runs)
+    assert fig is not None
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    assert not ax.texts  # the efficiencies are in the legend, not next to close points
+    for axis in (ax.xaxis, ax.yaxis):
+        boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")
+                 if t.get_visible() and t.get_text()]
+        assert len(boxes) >= 2 and not _overlaps(boxes)
+    legend_text = " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert "Q4_0: measured here, floor eff. 0.57 (n=24)" in legend_text
+
+    fig = phase_timeline_figure(runs)
+    assert fig is not None
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    assert not fig.legends  # one legend, under the last panel
+    for panel in fig.axes:
+        lo, hi = panel.get_xlim()
+        assert lo <= 0 and hi > 100 * 1.05  # the 100 ms deadline well inside, not on the edge
+    legend = fig.axes[-1].get_legend()
+    bottom = fig.axes[-1].get_window_extent(renderer)
+    assert legend.get_window_extent(renderer).y1 < bottom.y0
+    assert {"deadline", "published"} <= {t.get_text() for t in legend.get_texts()}

@@ -71,6 +71,7 @@ def test_bad_line_is_an_error_naming_file_and_line(tmp_path, bad):
         read_stream(path)
 
     assert f"{path}:3:" in str(info.value)
+    assert "--skip-bad-lines" in str(info.value)  # the way out is named
 
 
 def test_skip_mode_keeps_good_lines_and_records_bad_ones(tmp_path, caplog):

@@ -44,6 +44,10 @@ PLANNER_PARAMETERS = {
     "deadline_ms": "deadline per cycle (ms)",
     "period_ms": "planner period (ms)",
     "log_dir": "run directory (default ~/.ros/robot_latency/<timestamp>-<pid>)",
+    "server_url": "OpenAI-compatible server for engine openai or hybrid (http://HOST:PORT/v1)",
+    "server_model": "model name to ask the server for (empty: the first it lists)",
+    "server_api": "completions or chat",
+    "hybrid_policy": "engine hybrid: first_valid or prefer_server",
 }
 
 

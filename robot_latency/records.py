@@ -44,6 +44,9 @@ FALLBACK_REASONS = (
     "no_command",
     "skipped",
     "superseded",
+    "server_unreachable",
+    "server_error",
+    "server_malformed",
 )
 
 
@@ -98,6 +101,7 @@ class CycleRecord:
     host_steal_ns: int | None = None
     telemetry: dict[str, Any] | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
+    offboard: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

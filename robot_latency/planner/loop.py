@@ -27,7 +27,7 @@ from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
-from robot_latency.records import CycleRecord, RecordError
+from robot_latency.records import FALLBACK_REASONS, CycleRecord, RecordError
 
 log = logging.getLogger(__name__)
 
@@ -229,14 +229,16 @@ class PlannerLoop:
         rec.prompt = prompt.suffix
         request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
                                     max_tokens=self.max_tokens, deadline_ns=give_up_ns,
-                                    grammar=self.grammar, stop=self.planning.stop)
+                                    grammar=self.grammar, stop=self.planning.stop,
+                                    messages=self.planning.messages(text, state))
         outcome = self.runner.run(request, give_up_ns=give_up_ns)
         trace = outcome.trace
         if trace is not None:
             self._copy_trace(rec, trace)
         if outcome.status == "error":
             rec.engine_error = outcome.error
-            return None, "engine_error"
+            fault = trace.fault if trace is not None else None
+            return None, fault if fault in FALLBACK_REASONS else "engine_error"
         if outcome.status == "unavailable":
             rec.engine_error = outcome.error
             return None, "engine_unavailable"
@@ -259,6 +261,7 @@ class PlannerLoop:
         rec.stop_reason = trace.stop_reason.value
         rec.raw_output = trace.text
         rec.draft = trace.draft
+        rec.offboard = trace.server
         rec.phases_ns.update(trace.phases_ns())
 
     def _write(self, rec: CycleRecord) -> None:

@@ -84,6 +84,8 @@ class OpenAIServerConfig:
         connect_timeout_s: longest wait for a TCP connection (a request still ends at its
             deadline).
         check_timeout_s: longest wait for the start-up check.
+        request_extra: further fields for every request body (a server's own options, e.g.
+            ``{"top_k": 1}``); they override the contract's fields of the same name.
     """
 
     server_url: str
@@ -95,6 +97,7 @@ class OpenAIServerConfig:
     api_key_env: str = "ROBOT_LATENCY_API_KEY"
     connect_timeout_s: float = 2.0
     check_timeout_s: float = 3.0
+    request_extra: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.server_url:
@@ -289,7 +292,7 @@ class OpenAIServerEngine:
 
     def _body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         api = self.config.server_api
-        extra = self._contract_fields(api)
+        extra = {**self._contract_fields(api), **(self.config.request_extra or {})}
         body: dict[str, Any] = {
             "model": self.model or "default", "max_tokens": request.max_tokens,
             "temperature": request.temperature, "seed": request.seed, "stream": True,

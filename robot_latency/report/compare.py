@@ -38,6 +38,10 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
                             speculative decoding: acceptance rate, draft cost ratio c, and the
                             formula's speed-up from them (v = 0); None without a draft
 ``replay_mode``, ``replay_speed``   ``"recorded"`` or ``"asap"`` (as fast as possible), factor
+``plan_made``               where the plans were made: ``onboard`` (an engine on the robot, or
+                            the simulated target), ``offboard`` (engine ``openai``: a server) or
+                            ``hybrid`` (both asked each cycle)
+``server_plans``            hybrid: model plans published from the server (the rest onboard)
 ==========================  =====================================================================
 
 Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
@@ -122,6 +126,8 @@ class ComparisonRow:
     spec_predicted_speedup: float | None
     replay_mode: str | None
     replay_speed: float | None
+    plan_made: str | None = None
+    server_plans: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a dict keyed by :data:`COLUMNS`."""
@@ -240,7 +246,22 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None) -> Compar
         spec_predicted_speedup=spec.get("predicted_speedup"),
         replay_mode=replay_mode(run),
         replay_speed=replay_speed(run),
+        plan_made=plan_made(run),
+        server_plans=_server_plans(run.records) if plan_made(run) == "hybrid" else None,
     )
+
+
+def plan_made(run: RunData) -> str | None:
+    """Return where a run's plans were made: onboard, offboard (a server) or hybrid."""
+    engine = (run.manifest or {}).get("engine")
+    if engine is None:
+        return None
+    return {"openai": "offboard", "hybrid": "hybrid"}.get(str(engine), "onboard")
+
+
+def _server_plans(records: Sequence[CycleRecord]) -> int:
+    return sum(1 for r in records if r.plan_source == "model" and r.offboard
+               and (r.offboard.get("hybrid") or {}).get("published") == "server")
 
 
 def _tpot_p50_ms(records: Sequence[CycleRecord]) -> float | None:
@@ -300,7 +321,8 @@ def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
 MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
                    "pred. ITL target ms", "TTFT p50/p99 ms", "ITL p50/p99 ms",
                    "deadline miss [95% CI]", "model miss [95% CI]", "fallback", "agreement",
-                   "floor eff.", "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n")
+                   "floor eff.", "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n",
+                   "plan made")
 
 
 def markdown_cells(row: ComparisonRow) -> list[str]:
@@ -336,6 +358,8 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
         if row.spec_alpha is not None else "-",
         str(row.cycles),
         str(row.itl_n),
+        (row.plan_made or "-") + (f" (server {row.server_plans})"
+                                  if row.server_plans is not None else ""),
     ]
 
 

@@ -55,6 +55,11 @@ def test_run_against_a_real_server_records_offboard_plans(
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine"] == "openai"
     assert manifest["engine_info"]["server_kind_in_effect"] == "llamacpp"
+    from robot_latency.report.compare import compare_runs, to_markdown
+
+    rows = compare_runs([out])
+    assert rows[0].plan_made == "offboard" and rows[0].server_plans is None
+    assert to_markdown(rows).splitlines()[2].rstrip(" |").endswith("offboard")
 
 
 def test_node_settings_take_the_server_parameters(tmp_path: Path) -> None:

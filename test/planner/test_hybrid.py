@@ -114,3 +114,9 @@ def test_hybrid_run_end_to_end_against_a_real_server(llama_server: Any, tmp_path
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine"] == "hybrid"
     assert manifest["engine_info"]["runner"] == "hybrid"
+    from robot_latency.report.compare import compare_runs
+
+    row = compare_runs([out])[0]
+    assert row.plan_made == "hybrid"
+    assert row.server_plans == sum(1 for r in records
+                                   if _race(r)["published"] == "server")

@@ -45,6 +45,17 @@ def _side(trace: GenerationTrace | None, status: str, valid: bool,
             "stop_reason": trace.stop_reason.value}
 
 
+def _server_status(trace: GenerationTrace, in_time: bool) -> str:
+    """ok, late, stopped (closed: the onboard plan won), timeout or error."""
+    if trace.stop_reason is StopReason.ABORTED:
+        return "stopped"
+    if trace.stop_reason is StopReason.DEADLINE:
+        return "timeout"
+    if trace.stop_reason is StopReason.ERROR:
+        return "error"
+    return "ok" if in_time else "late"
+
+
 class HybridRunner:
     """Race an onboard runner and a server engine each cycle (module docstring).
 
@@ -125,8 +136,8 @@ class HybridRunner:
         race = {"policy": self.policy, "published": None if choice == "none" else choice,
                 "why": why,
                 "onboard": _side(onboard.trace, onboard.status, on_valid, onboard.error),
-                "server": {**_side(server_trace, "ok" if server_ok else "failed", sv_valid,
-                                   None), "fault": server_trace.fault}}
+                "server": {**_side(server_trace, _server_status(server_trace, server_ok),
+                                   sv_valid, None), "fault": server_trace.fault}}
         if choice == "server":
             server_trace.server = {**(server_trace.server or {}), "hybrid": race}
             return RunOutcome(server_trace, "ok")

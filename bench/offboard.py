@@ -36,12 +36,12 @@ import psutil
 from benchio import emit_result
 
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
+from robot_latency.engines.llama_server import LocalServer
 from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.settings import resolve_model_file
-from robot_latency.serving import LocalServer
 from robot_latency.stats import distribution, wilson_interval
 from robot_latency.streams import read_stream
 
@@ -232,11 +232,23 @@ def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
     warm = min(10, max(1, args.cycles // 10))
     with tempfile.TemporaryDirectory() as tmp:
         server = _server(args, Path(tmp)).start()
-        records: list[Any] = []
+        # Counted, not kept: a list of every record would itself grow the RSS measured here.
+        counts = {"cycles": 0, "planned": 0, "misses": 0}
+        reasons: dict[str, int] = {}
+        measuring = [False]
+
+        def sink(rec: Any) -> None:
+            if not measuring[0]:
+                return
+            counts["cycles"] += 1
+            counts["planned"] += rec.plan is not None
+            counts["misses"] += not rec.deadline_met
+            key = rec.fallback_reason or "model"
+            reasons[key] = reasons.get(key, 0) + 1
+
         engine = create_engine("openai", server_url=server.url)
         config = PlannerConfig(period_ms=args.deadline_ms, deadline_ms=args.deadline_ms)
-        loop = PlannerLoop(config, InlineRunner(engine), publish=lambda _e: None,
-                           sink=records.append)
+        loop = PlannerLoop(config, InlineRunner(engine), publish=lambda _e: None, sink=sink)
         try:
             for i in range(warm):
                 now = loop.clock()
@@ -244,6 +256,7 @@ def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
             gc.collect()
             before = {"threads": threading.active_count(), "fds": proc.num_fds(),
                       "rss_bytes": proc.memory_info().rss}
+            measuring[0] = True
             for i in range(args.cycles):
                 if i == kill_at:
                     server.stop()
@@ -257,18 +270,13 @@ def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             engine.close()
             server.stop()
-    run = records[warm:]
-    reasons: dict[str, int] = {}
-    for r in run:
-        key = r.fallback_reason or "model"
-        reasons[key] = reasons.get(key, 0) + 1
     return {"benchmark": "offboard leak", "cycles": args.cycles, "killed_at": kill_at,
             "restarted_at": back_at, "before": before, "after": after,
             "rss_growth_bytes": after["rss_bytes"] - before["rss_bytes"],
             "thread_growth": after["threads"] - before["threads"],
             "fd_growth": after["fds"] - before["fds"],
-            "every_cycle_planned": all(r.plan is not None for r in run),
-            "deadline_misses": sum(1 for r in run if not r.deadline_met),
+            "every_cycle_planned": counts["planned"] == counts["cycles"] == args.cycles,
+            "deadline_misses": counts["misses"],
             "reasons": reasons}
 
 

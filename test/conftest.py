@@ -214,8 +214,8 @@ def typed_and_plain() -> list[tuple[str, str]]:
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """llama-cpp-python's own server (``python -m llama_cpp.server``) on 127.0.0.1 at a free
     port, serving the bundled planner; killed at teardown, whatever the tests did."""
+    from robot_latency.engines.llama_server import LocalServer
     from robot_latency.models.bundled import bundled_model_path
-    from robot_latency.serving import LocalServer
 
     server = LocalServer(bundled_model_path(), n_threads=1,
                          log_path=tmp_path_factory.mktemp("llama-server") / "server.log")
@@ -242,7 +242,7 @@ class MisbehavingServer:
 
         import uvicorn
 
-        from robot_latency.serving import free_port
+        from robot_latency.engines.llama_server import free_port
 
         self.events: list[tuple[str, str]] = []
         self.port = free_port()

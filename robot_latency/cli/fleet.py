@@ -43,6 +43,10 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                      profile=args.profile, arrivals=args.arrivals, rate_hz=args.rate_hz,
                      seed=args.seed, speed=args.speed)
     doc = run_fleet(spec, stream)
+    from robot_latency.report.fleet_plot import plot_fleet
+
+    doc["plot"] = str(plot_fleet(doc["sizes"], out / "fleet.png",
+                                 deadline_ms=planner.deadline_ms))
     if args.json:
         emit_json(doc)
         return 0

@@ -159,7 +159,8 @@ def summarize_fleet(n: int, records: list[CycleRecord], *,
 
 
 def run_fleet(spec: FleetSpec, stream: CommandStream) -> dict[str, Any]:
-    """Run every fleet size in turn; write the summaries and the plot; return the results."""
+    """Run every fleet size in turn; write the summaries and fleet.json; return the results
+    (the plot is :func:`robot_latency.report.fleet_plot.plot_fleet`'s)."""
     spec.out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     alone: float | None = None
@@ -177,8 +178,4 @@ def run_fleet(spec: FleetSpec, stream: CommandStream) -> dict[str, Any]:
            "deadline_ms": spec.planner.deadline_ms, "period_ms": spec.planner.period_ms,
            "stream": stream.source, "sizes": results}
     (spec.out / "fleet.json").write_text(json.dumps(doc, indent=2) + "\n")
-    from robot_latency.report.fleet_plot import plot_fleet
-
-    doc["plot"] = str(plot_fleet(results, spec.out / "fleet.png",
-                                 deadline_ms=spec.planner.deadline_ms))
     return doc

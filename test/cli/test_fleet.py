@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from robot_latency.cli import main
+from robot_latency.engines.llama_server import free_port
 from robot_latency.records import read_records
-from robot_latency.serving import free_port
 
 
 def _stream(tmp_path: Path) -> Path:

@@ -14,11 +14,11 @@ import psutil
 import pytest
 
 from robot_latency.engines.base import create_engine
+from robot_latency.engines.llama_server import free_port
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.records import CycleRecord
-from robot_latency.serving import free_port
 
 CONFIG = PlannerConfig(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)
 

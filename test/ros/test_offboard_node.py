@@ -21,9 +21,9 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from robot_latency.engines.llama_server import LocalServer, free_port
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.ros.planner_node import PlannerNode
-from robot_latency.serving import LocalServer, free_port
 
 DOMAIN_ID = random.randint(101, 200)
 

@@ -528,8 +528,10 @@ def check_server(url: str, *, timeout_s: float = 3.0) -> list[str]:
     import httpx
 
     config = OpenAIServerConfig(server_url=url)
+    key = os.environ.get(config.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        response = httpx.get(config.base_url + "/models", timeout=timeout_s)
+        response = httpx.get(config.base_url + "/models", timeout=timeout_s, headers=headers)
         response.raise_for_status()
         data = response.json().get("data", [])
         return [str(m.get("id")) for m in data if isinstance(m, dict)]

@@ -178,3 +178,27 @@ def test_bad_settings_are_refused_with_the_field() -> None:
         create_engine("openai", server_url="http://127.0.0.1:1/v1", server_api="embeddings")
     with pytest.raises(EngineError, match="server_url"):
         create_engine("openai", server_url="ftp://robot")
+
+
+def test_an_interrupted_answer_is_not_taken_as_a_complete_plan(tmp_path: Any,
+                                                               engine_for: Any) -> None:
+    """llama-cpp-python's server with its default ``interrupt_requests`` ends the stream in
+    progress with ``[DONE]`` and no finish_reason when another request arrives."""
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    with LocalServer(bundled_model_path(), n_threads=1, log_path=tmp_path / "server.log",
+                     extra_args=("--interrupt_requests", "true")) as server:
+        long = engine_for(server.url, grammar=False,
+                          request_extra={"logit_bias": {"4": -100.0}})
+        first = long.start(_request(max_tokens=800, grammar=False))
+        end = time.monotonic() + 60
+        while not first.state.token_ns and not first.done and time.monotonic() < end:
+            time.sleep(0.001)
+        assert first.state.token_ns, "no chunk from the server"
+        second = engine_for(server.url).start(_request("stop"))
+        trace = first.wait()
+        assert trace.stop_reason is StopReason.ERROR
+        assert trace.fault == "invalid_output" and "finish_reason" in (trace.error or "")
+        assert trace.server is not None and trace.server["finish_reason"] is None
+        assert second.wait().stop_reason is StopReason.DONE

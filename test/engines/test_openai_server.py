@@ -78,10 +78,7 @@ def test_closing_the_stream_aborts_the_request_and_frees_the_server(llama_server
     long = engine_for(llama_server.url, grammar=False,
                       request_extra={"logit_bias": {"4": -100.0}})
     pending = long.start(_request(max_tokens=800, grammar=False))
-    end = time.monotonic() + 60
-    while not pending.state.token_ns and not pending.done and time.monotonic() < end:
-        time.sleep(0.001)
-    assert pending.state.token_ns, "no chunk from the server"
+    _first_chunk(pending)
     trace = pending.cancel()
     assert trace.stop_reason is StopReason.ABORTED
     assert trace.server is not None and trace.server["closed_early"]
@@ -129,21 +126,35 @@ def test_each_fault_has_its_own_reason(misbehaving_server: Any, engine_for: Any,
     assert text in (trace.error or "")
 
 
+def _first_chunk(pending: Any) -> None:
+    end = time.monotonic() + 60  # a hang guard
+    while not pending.state.token_ns and not pending.done and time.monotonic() < end:
+        time.sleep(0.001)
+    assert pending.state.token_ns, "no chunk from the server"
+
+
 def test_a_stall_mid_stream_ends_at_the_deadline_and_closes_the_stream(
         misbehaving_server: Any, engine_for: Any) -> None:
     engine = engine_for(misbehaving_server.url, server_model="stall")
-    deadline = time.perf_counter_ns() + 300_000_000
-    trace = engine.generate(_request(deadline_ns=deadline))
+    pending = engine.start(_request())
+    _first_chunk(pending)
+    give_up = time.perf_counter_ns() + 200_000_000  # the stall: nothing more comes
+    trace = pending.wait(until_ns=give_up)
     assert trace.stop_reason is StopReason.DEADLINE
     assert trace.text == "<pick>" and len(trace.token_ns) == 1
-    assert trace.finished_ns is not None and trace.finished_ns >= deadline
+    assert trace.finished_ns is not None and trace.finished_ns >= give_up
     assert misbehaving_server.wait_for(("disconnected", "stall"))
+    # generate() gives up at the request's own deadline the same way.
+    again = engine.generate(_request(deadline_ns=time.perf_counter_ns() + 200_000_000))
+    assert again.stop_reason is StopReason.DEADLINE
 
 
 def test_the_next_cycle_is_never_held_by_the_last_ones_request(misbehaving_server: Any,
                                                                engine_for: Any) -> None:
     slow = engine_for(misbehaving_server.url, server_model="slow")
-    first = slow.generate(_request(deadline_ns=time.perf_counter_ns() + 200_000_000))
+    pending = slow.start(_request())
+    _first_chunk(pending)
+    first = pending.wait(until_ns=time.perf_counter_ns() + 100_000_000)
     assert first.stop_reason is StopReason.DEADLINE and first.token_ns
     # The given-up request still streams on the server's side until it sees the disconnect;
     # the next cycle's request goes out at once and is answered in full.
@@ -192,10 +203,7 @@ def test_an_interrupted_answer_is_not_taken_as_a_complete_plan(tmp_path: Any,
         long = engine_for(server.url, grammar=False,
                           request_extra={"logit_bias": {"4": -100.0}})
         first = long.start(_request(max_tokens=800, grammar=False))
-        end = time.monotonic() + 60
-        while not first.state.token_ns and not first.done and time.monotonic() < end:
-            time.sleep(0.001)
-        assert first.state.token_ns, "no chunk from the server"
+        _first_chunk(first)
         second = engine_for(server.url).start(_request("stop"))
         trace = first.wait()
         assert trace.stop_reason is StopReason.ERROR

@@ -21,8 +21,8 @@ from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, read_records
 
 CONFIG = PlannerConfig(period_ms=6000, deadline_ms=6000, publish_margin_ms=100)
-#: A slow onboard engine: the simulated 8B model on an Orin Nano (hundreds of ms per plan).
-SLOW_SIM = {"device": "orin-nano-8gb", "model": "llama-3-8b", "quant": "Q4_K_M"}
+#: A slow onboard engine: the simulated 70B model on an Orin AGX (over a second per plan).
+SLOW_SIM = {"device": "orin-agx-64gb", "model": "llama-2-70b", "quant": "Q4_K_M"}
 
 
 @pytest.fixture(scope="module")

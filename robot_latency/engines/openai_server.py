@@ -255,15 +255,20 @@ class OpenAIServerEngine:
             _, message = _fault_of(err)
             raise ServerCheckError(f"server {self.config.base_url} is unreachable: "
                                    f"{message}") from err
-        self.server_models = [m["id"] for m in models]
+        self._learn(models)
+        self.check_error = None
+        return self.server_models
+
+    def _learn(self, models: list[dict[str, Any]]) -> None:
+        """Take the model name (when none was given) and the server kind (``auto``) from the
+        server's model list."""
+        self.server_models = [str(m.get("id")) for m in models]
         if not self.model and self.server_models:
             self.model = self.server_models[0]
         if self.kind == "auto":
             owners = {str(m.get("owned_by", "")) for m in models}
             self.kind = ("llamacpp" if owners & {"me", "llamacpp"} else
                          "vllm" if "vllm" in owners else "generic")
-        self.check_error = None
-        return self.server_models
 
     async def _list_models(self) -> list[dict[str, Any]]:
         page = await self._client.models.list()
@@ -313,8 +318,9 @@ class OpenAIServerEngine:
     async def _stream(self, request: GenerationRequest, state: _Stream) -> None:
         clock = self.clock
         try:
-            if not self.model and not self.server_models:
-                await self._learn_model()
+            if self.kind == "auto" or (not self.model and not self.server_models):
+                # Not learnt at start-up (the server was down then): ask once it answers.
+                self._learn(await self._list_models())
             api, body = self._body(request)
             create = (self._client.chat.completions.create if api == "chat"
                       else self._client.completions.create)
@@ -346,12 +352,6 @@ class OpenAIServerEngine:
             log.debug("openai request failed: %s", state.error)
         finally:
             state.done.set()
-
-    async def _learn_model(self) -> None:
-        models = await self._list_models()
-        self.server_models = [m["id"] for m in models]
-        if not self.model and self.server_models:
-            self.model = self.server_models[0]
 
     @staticmethod
     def _read_chunk(chunk: Any, api: str) -> tuple[str, str | None, dict[str, Any] | None]:

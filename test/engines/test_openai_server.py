@@ -210,3 +210,20 @@ def test_an_interrupted_answer_is_not_taken_as_a_complete_plan(tmp_path: Any,
         assert trace.fault == "invalid_output" and "finish_reason" in (trace.error or "")
         assert trace.server is not None and trace.server["finish_reason"] is None
         assert second.wait().stop_reason is StopReason.DONE
+
+
+def test_a_server_that_comes_up_later_is_learnt_then(tmp_path: Any, engine_for: Any) -> None:
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    port = free_port()
+    engine = engine_for(f"http://127.0.0.1:{port}/v1")
+    assert engine.check_error is not None and engine.kind == "auto"
+    assert engine.generate(_request()).fault == "server_unreachable"
+    with LocalServer(bundled_model_path(), port=port, n_threads=1,
+                     log_path=tmp_path / "server.log"):
+        trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.DONE, trace.error
+    # Model and kind learnt from the server once it answered: the grammar went with the request.
+    assert engine.kind == "llamacpp" and engine.model
+    assert trace.server is not None and trace.server["kind"] == "llamacpp"

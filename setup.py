@@ -54,6 +54,7 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     "llama": ["llama-cpp-python>=0.3.36"],
     "onnx": ["onnxruntime-gpu>=1.31.1"],
+    "offboard": ["openai>=2.54.0", "httpx>=0.28.1"],
     # ROS 2 Kilted as pip wheels (CPython 3.11, x86-64). On a Jetson use ROS 2 from apt instead.
     "ros": [
         "ros-kilted-rclpy[fastrtps]>=9.1",

@@ -46,6 +46,10 @@ PLANNER_PARAMETERS = {
     "log_dir": "run directory (default ~/.ros/robot_latency/<timestamp>-<pid>)",
     "on_new_command": "event mode: queue (a newer command waits) or preempt (it aborts the "
                       "older generation; the older is recorded as superseded)",
+    "server_url": "OpenAI-compatible server for engine openai or hybrid (http://HOST:PORT/v1)",
+    "server_model": "model name to ask the server for (empty: the first it lists)",
+    "server_api": "completions or chat",
+    "hybrid_policy": "engine hybrid: first_valid or prefer_server",
 }
 
 

@@ -31,7 +31,8 @@ PLANNER_LAUNCH = "planner.launch.py"
 # Arguments passed through to planner.launch.py unchanged.
 PLANNER_ARGUMENTS = ("engine", "model", "planner_profile", "quant", "draft_model",
                      "device_profile", "deadline_ms", "period_ms", "log_dir", "params_file",
-                     "managed", "autostart", "on_new_command")
+                     "managed", "autostart", "on_new_command", "server_url", "server_model",
+                     "server_api", "hybrid_policy")
 
 # Launch argument -> bag_replayer parameter of the same name ("" keeps the node's default).
 REPLAYER_PARAMETERS = {

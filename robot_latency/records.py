@@ -44,6 +44,9 @@ FALLBACK_REASONS = (
     "no_command",
     "skipped",
     "superseded",
+    "server_unreachable",
+    "server_error",
+    "server_malformed",
 )
 
 
@@ -116,6 +119,7 @@ class CycleRecord:
     target_e2e_pred_interval_ms: list[float] | None = None
     target_deadline_met_pred: bool | None = None
     target_pred: dict[str, Any] | None = None
+    offboard: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

@@ -16,9 +16,9 @@ without them still collect.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -207,3 +207,151 @@ def typed_and_plain() -> list[tuple[str, str]]:
     """(typed, plain) command pairs: capitals, punctuation and extra spaces vs training form."""
     return list(TYPED_AND_PLAIN)
 
+
+
+# --- OpenAI-compatible servers: a real one, and one that misbehaves on purpose ----------------
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """llama-cpp-python's own server (``python -m llama_cpp.server``) on 127.0.0.1 at a free
+    port, serving the bundled planner; killed at teardown, whatever the tests did."""
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    server = LocalServer(bundled_model_path(), n_threads=1,
+                         log_path=tmp_path_factory.mktemp("llama-server") / "server.log")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+class MisbehavingServer:
+    """An OpenAI-compatible server written to misbehave: the request's ``model`` picks how.
+
+    ``plan`` streams a valid action plan; ``slow`` streams ``<pick>`` forever (bounded);
+    ``stall`` sends one chunk, then nothing; ``malformed`` sends data that is not JSON;
+    ``error_event`` an error object inside the stream; ``no_finish`` ends with ``[DONE]`` and no
+    finish_reason; ``bad_plan`` finishes text that breaks the contract; ``http500`` / ``http404``
+    answer with that status. ``events`` records ("request", mode) and ("disconnected", mode).
+    """
+
+    MAX_STREAM_S = 30.0  # every stream ends by itself after this (a hang guard)
+
+    def __init__(self) -> None:
+        import threading
+
+        import uvicorn
+
+        from robot_latency.engines.llama_server import free_port
+
+        self.events: list[tuple[str, str]] = []
+        self.port = free_port()
+        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port,
+                                log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="misbehaving-server",
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _app(self) -> Any:
+        import asyncio
+        import json
+
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.routing import Route
+
+        def chunk(text: str, finish: str | None = None) -> str:
+            return "data: " + json.dumps({
+                "id": "cmpl-test", "object": "text_completion", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "text": text, "finish_reason": finish,
+                             "logprobs": None}]}) + "\n\n"
+
+        async def models(_request: Any) -> Any:
+            return JSONResponse({"object": "list", "data": [
+                {"id": "plan", "object": "model", "owned_by": "test"}]})
+
+        async def completions(request: Any) -> Any:
+            body = await request.json()
+            mode = str(body.get("model"))
+            self.events.append(("request", mode))
+            if mode in ("http500", "http404"):
+                return JSONResponse({"error": {"message": f"{mode} on purpose"}},
+                                    status_code=int(mode[4:]))
+
+            async def gen() -> Any:
+                loop = asyncio.get_running_loop()
+                end = loop.time() + self.MAX_STREAM_S
+                try:
+                    if mode == "plan":
+                        for piece in ("<pick>", "<col:red>", "<obj:cup>"):
+                            yield chunk(piece)
+                        yield chunk("", "stop")
+                    elif mode == "slow":
+                        while loop.time() < end:
+                            yield chunk("<pick>")
+                            await asyncio.sleep(0.02)
+                    elif mode == "stall":
+                        yield chunk("<pick>")
+                        while loop.time() < end:
+                            await asyncio.sleep(0.05)
+                    elif mode == "malformed":
+                        yield chunk("<pick>")
+                        yield "data: {this is not json\n\n"
+                    elif mode == "error_event":
+                        yield chunk("<pick>")
+                        yield 'data: {"error": {"message": "overloaded on purpose"}}\n\n'
+                    elif mode == "no_finish":
+                        for piece in ("<pick>", "<col:red>", "<obj:cup>"):
+                            yield chunk(piece)
+                    elif mode == "bad_plan":
+                        yield chunk("hello robot")
+                        yield chunk("", "stop")
+                    yield "data: [DONE]\n\n"
+                except asyncio.CancelledError:
+                    self.events.append(("disconnected", mode))
+                    raise
+            return StreamingResponse(gen(), media_type="text/event-stream")
+
+        return Starlette(routes=[Route("/v1/models", models),
+                                 Route("/v1/completions", completions, methods=["POST"])])
+
+    def start(self) -> MisbehavingServer:
+        import time
+
+        self._thread.start()
+        end = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > end or not self._thread.is_alive():
+                raise RuntimeError("misbehaving server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+
+    def wait_for(self, event: tuple[str, str], timeout_s: float = 30.0) -> bool:
+        """Wait until ``event`` was recorded (a hang guard, not a timing)."""
+        import time
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if event in self.events:
+                return True
+            time.sleep(0.01)
+        return event in self.events
+
+
+@pytest.fixture(scope="session")
+def misbehaving_server() -> Iterator[MisbehavingServer]:
+    """A :class:`MisbehavingServer` on 127.0.0.1, stopped at teardown."""
+    server = MisbehavingServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()

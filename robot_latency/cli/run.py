@@ -86,7 +86,9 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
 
 
 #: The flag of each run setting whose name differs.
-_FLAG_OF = {"draft_model": "--draft", "draft_k": "--draft-k", "profile": "--profile"}
+_FLAG_OF = {"draft_model": "--draft", "draft_k": "--draft-k", "profile": "--profile",
+            "server_url": "--server-url", "server_api": "--server-api",
+            "hybrid_policy": "--hybrid-policy"}
 
 
 def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
@@ -109,7 +111,10 @@ def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, en
                    n_threads_batch=args.n_threads_batch, n_gpu_layers=args.n_gpu_layers,
                    engine_options=_engine_options(args), cpu=cpu, runner=args.runner,
                    engine_family=args.engine_family, calibration=args.calibration,
-                   label=label,
+                   label=label, server_url=getattr(args, "server_url", ""),
+                   server_model=getattr(args, "server_model", ""),
+                   server_api=getattr(args, "server_api", "completions"),
+                   hybrid_policy=getattr(args, "hybrid_policy", "first_valid"),
                    extra={"stream": {"path": str(args.stream), "name": stream.name,
                                      "topic": stream.topic, "commands": len(stream.commands),
                                      "skipped_lines": list(stream.skipped_lines)},
@@ -125,11 +130,30 @@ def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, en
     return run
 
 
+def check_server_at_start(engine: str, server_url: str) -> None:
+    """Refuse a server engine whose server does not answer now (one line naming the URL).
+
+    The ROS node starts anyway and falls back until the server answers; an offline run has
+    nothing to measure without it.
+    """
+    from robot_latency.planner.settings import SERVER_ENGINES
+
+    if engine not in SERVER_ENGINES:
+        return
+    if not server_url:
+        raise UsageError(f"--server-url: the {engine} engine needs a server URL "
+                         "(e.g. http://127.0.0.1:8000/v1)")
+    from robot_latency.engines.openai_server import check_server
+
+    check_server(server_url)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
 
     stream = _read_stream(args)
     out = Path(args.out)
+    check_server_at_start(args.engine, args.server_url)
     config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
                          device=args.device, deadline_ms=args.deadline_ms,
                          period_ms=args.period_ms, label=args.label)
@@ -358,6 +382,18 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="event mode: a command arriving while the model works on an older one "
                         "waits (queue) or aborts it, the older recorded as superseded (preempt)"
                         "; default %(default)s")
+    p.add_argument("--server-url", default="",
+                   help="OpenAI-compatible server (engines openai and hybrid), e.g. "
+                        "http://127.0.0.1:8000/v1")
+    p.add_argument("--server-model", default="",
+                   help="model name to ask the server for (default: the first it lists)")
+    p.add_argument("--server-api", default="completions", choices=("completions", "chat"),
+                   help="completions: the profile's rendered prompt; chat: its messages (the "
+                        "server applies its chat template)")
+    p.add_argument("--hybrid-policy", default="first_valid",
+                   choices=("first_valid", "prefer_server"),
+                   help="engine hybrid: publish the first valid plan, or the server's when it "
+                        "is valid by the give-up time")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

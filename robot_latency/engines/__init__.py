@@ -3,7 +3,12 @@
 Importing this package registers the engines whose dependencies are importable.
 """
 
-from robot_latency.engines import llamacpp, onnx, sim  # noqa: F401  (register the engines)
+from robot_latency.engines import (  # noqa: F401  (register the engines)
+    llamacpp,
+    onnx,
+    openai_server,
+    sim,
+)
 from robot_latency.engines.base import (
     ENGINES,
     Engine,

@@ -66,6 +66,9 @@ class GenerationRequest:
         complete: the output contract's kind (``json``, ``actions``): the generation ends as
             soon as its text is a complete output of it (:data:`StopReason.COMPLETE`), with no
             end token waited for. None: only end tokens, stop strings and limits end it.
+        messages: the same prompt as chat turns ``(role, content)`` (system, examples, the
+            command), for an engine that sends messages to a server which applies its own chat
+            template; empty: not given.
     """
 
     prompt: str
@@ -77,6 +80,7 @@ class GenerationRequest:
     temperature: float = 0.0
     seed: int = 0
     complete: str | None = None
+    messages: tuple[tuple[str, str], ...] = ()
 
     @property
     def full_prompt(self) -> str:
@@ -91,7 +95,10 @@ class GenerationTrace:
     ``token_ns[i]`` is when token ``i`` was available to the caller; ``prefill_chunk_ns`` holds
     the end of each prefill chunk (the points where a deadline check or abort can act when layers
     are on a GPU). ``phases_extra_ns`` carries engine-specific phase totals (grammar, abort,
-    draft, verify) measured inside the engine.
+    draft, verify) measured inside the engine. ``server`` is what a server engine learnt about
+    the request (URL, API, chunks, token counts, finish reason); ``fault`` is the fallback reason
+    of a failed generation where the engine knows a better one than ``engine_error``
+    (``server_unreachable``, ``server_error``, ``server_malformed``, ``invalid_output``).
     """
 
     started_ns: int
@@ -107,6 +114,8 @@ class GenerationTrace:
     prefix_cache_tokens: int = 0
     phases_extra_ns: dict[str, int] = field(default_factory=dict)
     draft: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    fault: str | None = None
 
     @property
     def tokenize_ns(self) -> int | None:

@@ -385,6 +385,12 @@ class Planning:
             return Prompt(self.prefix, full[len(self.prefix):])
         return Prompt("", full)
 
+    def messages(self, command: str, state: str | None = None) -> tuple[tuple[str, str], ...]:
+        """Return the cycle's prompt as chat turns (role, content): system, examples, command;
+        for a server that applies its own chat template."""
+        turns = [*self._fixed_messages(), chat.Message("user", self._user(command, state))]
+        return tuple((m.role, m.content) for m in turns)
+
     def longest_suffix_chars(self, max_command_chars: int) -> int:
         """Return the per-cycle part's length (characters) for the longest allowed command."""
         return len(self.build("x" * max_command_chars).suffix)

@@ -29,7 +29,7 @@ from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
 from robot_latency.planner.margin import TransportMargin
-from robot_latency.records import CycleRecord, RecordError
+from robot_latency.records import FALLBACK_REASONS, CycleRecord, RecordError
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,8 @@ class PlannerLoop:
         request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
                                     max_tokens=self.max_tokens, deadline_ns=give_up_ns,
                                     grammar=self.grammar, stop=self.planning.stop,
-                                    complete=self.planning.contract.kind)
+                                    complete=self.planning.contract.kind,
+                                    messages=self.planning.messages(text, state))
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
@@ -327,7 +328,8 @@ class PlannerLoop:
             return None, "superseded"
         if outcome.status == "error":
             rec.engine_error = outcome.error
-            return None, "engine_error"
+            fault = trace.fault if trace is not None else None
+            return None, fault if fault in FALLBACK_REASONS else "engine_error"
         if outcome.status == "unavailable":
             rec.engine_error = outcome.error
             return None, "engine_unavailable"
@@ -376,6 +378,7 @@ class PlannerLoop:
         rec.stop_reason = trace.stop_reason.value
         rec.raw_output = trace.text
         rec.draft = trace.draft
+        rec.offboard = trace.server
         rec.phases_ns.update(trace.phases_ns())
 
     def _write(self, rec: CycleRecord) -> None:

@@ -237,6 +237,8 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         cfg.cpu.check()
     except BudgetError as err:
         raise RunError(f"cpu budget: {err}") from err
+    if cfg.engine == "hybrid":
+        return _make_hybrid_runner(cfg, clock)
     try:
         if cfg.runner == "inline":
             engine = create_planner_engine(cfg.engine, clock=clock, **cfg.engine_options)
@@ -250,6 +252,24 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         return runner
     except (EngineError, RuntimeError) as err:
         raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
+
+
+def _make_hybrid_runner(cfg: RunConfig, clock: Clock) -> Runner:
+    """Start the onboard runner and the server client of a hybrid run."""
+    from robot_latency.engines.openai_server import make_openai_engine
+    from robot_latency.planner.hybrid import HybridRunner
+
+    opts = cfg.engine_options
+    onboard_cfg = dataclasses.replace(cfg, engine=opts["onboard_engine"],
+                                      engine_options=dict(opts["onboard"]))
+    onboard = make_runner(onboard_cfg, clock)
+    try:
+        server = make_openai_engine(clock=clock, **opts["server"])
+        contract = load_planning(cfg.profile).contract
+        return HybridRunner(onboard, server, contract, policy=opts["hybrid_policy"], clock=clock)
+    except (EngineError, RobotLatencyError, ValueError) as err:
+        close_runner(onboard)
+        raise RunError(f"engine 'hybrid' could not start: {err}") from err
 
 
 def close_runner(runner: Runner) -> None:

@@ -67,6 +67,10 @@ class RunSpec:
         calibration: a calibration file for that family on the target (from ``calibrate``).
         cpu: the CPU budget.
         runner, label, hang_timeout_ms, fsync, extra: as in :class:`RunConfig`.
+        server_url: the OpenAI-compatible server (engines ``openai`` and ``hybrid``).
+        server_model: the model name to ask it for (empty: the first it lists).
+        server_api: ``completions`` or ``chat``.
+        hybrid_policy: ``first_valid`` or ``prefer_server`` (engine ``hybrid``).
     """
 
     planner: PlannerConfig
@@ -90,6 +94,32 @@ class RunSpec:
     hang_timeout_ms: float = 1000.0
     fsync: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    server_url: str = ""
+    server_model: str = ""
+    server_api: str = "completions"
+    hybrid_policy: str = "first_valid"
+
+
+#: Engines that ask an OpenAI-compatible server.
+SERVER_ENGINES = ("openai", "hybrid")
+
+
+def server_options(spec: RunSpec) -> dict[str, Any]:
+    """Return the ``openai`` engine's options for a spec.
+
+    Raises:
+        SettingsError: no server URL, or an unknown API.
+    """
+    from robot_latency.engines.openai_server import SERVER_APIS
+
+    if not spec.server_url:
+        raise SettingsError("server_url", f"the {spec.engine} engine needs a server URL "
+                                          "(e.g. http://127.0.0.1:8000/v1)")
+    if spec.server_api not in SERVER_APIS:
+        raise SettingsError("server_api", f"{spec.server_api!r}: must be one of {SERVER_APIS}")
+    return {"server_url": spec.server_url, "server_model": spec.server_model,
+            "server_api": spec.server_api, "profile": spec.profile,
+            "grammar": spec.planner.grammar}
 
 
 def thread_defaults(cpu: CpuBudget, *, cores: frozenset[int] | None = None) -> tuple[int, int]:
@@ -146,7 +176,16 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
     if spec.draft_k and not spec.draft_model:
         raise SettingsError("draft_k", "needs a draft model")
     options: dict[str, Any] = {}
-    if engine == "sim":
+    if engine == "hybrid":
+        from robot_latency.planner.hybrid import HYBRID_POLICIES
+
+        if spec.hybrid_policy not in HYBRID_POLICIES:
+            raise SettingsError("hybrid_policy", f"{spec.hybrid_policy!r}: must be one of "
+                                                 f"{HYBRID_POLICIES}")
+    if engine == "openai":
+        options = server_options(spec)
+        model, quant, host_device = None, None, "auto"
+    elif engine == "sim":
         if profile.output.contract != "actions":
             raise SettingsError("profile", f"{profile.name!r}: the sim engine answers in the "
                                            "bundled action language only; use a profile with "
@@ -167,14 +206,14 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
                                            "decoding to a JSON Schema (it implements the bundled "
                                            "action grammar only); use the llamacpp engine, or "
                                            "set output.grammar: false in the profile")
-        model_path = resolve_model_file(spec.model, spec.quant) if engine == "llamacpp" \
-            else spec.model
+        model_path = resolve_model_file(spec.model, spec.quant) \
+            if engine in ("llamacpp", "hybrid") else spec.model
         if model_path:
             options["model_path"] = model_path
         model, quant = model_path, None
         host_device = "auto"  # the detected Jetson's profile, else the probed host
         decode, prefill = thread_defaults(spec.cpu, cores=cores)
-        if engine == "llamacpp":
+        if engine in ("llamacpp", "hybrid"):
             options["n_threads"] = spec.n_threads or decode
             options["n_threads_batch"] = spec.n_threads_batch or max(prefill,
                                                                      options["n_threads"])
@@ -195,10 +234,20 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
         elif engine == "onnx":
             options["intra_op_threads"] = spec.n_threads or decode
     options.update(spec.engine_options)
+    if engine == "hybrid":
+        # The onboard engine (llama.cpp, in its worker process) and the server, raced.
+        options = {"onboard_engine": "llamacpp", "onboard": options,
+                   "server": server_options(spec), "hybrid_policy": spec.hybrid_policy}
     label = spec.label or " ".join(str(x) for x in (
         engine, Path(str(model)).name if model else None, quant,
         None if profile.name == "bundled-actions" else profile.name,
         spec.target_device, f"{spec.planner.deadline_ms:g}ms") if x)
+    if engine in SERVER_ENGINES and not spec.label:
+        from urllib.parse import urlsplit
+
+        label += f" @{urlsplit(spec.server_url).netloc}"
+        if engine == "hybrid":
+            label += f" {spec.hybrid_policy}"
     if options.get("draft") == "model" and not spec.label:
         label += f" +draft {Path(options['draft_model_path']).name}"
     run = RunConfig(planner=spec.planner, log_dir=Path(spec.log_dir), engine=engine,

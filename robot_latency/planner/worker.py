@@ -422,6 +422,12 @@ class ProcessRunner:
             if self._conn.poll(0):
                 return True
 
+    def request_abort(self) -> None:
+        """Ask the worker to stop the generation in progress (thread-safe; e.g. a hedged
+        request answered first)."""
+        if self._abort is not None:
+            self._abort.set()
+
     def kill_worker(self) -> None:
         """SIGKILL the worker (for fault drills); the next cycle notices and restarts it."""
         if self._proc is not None and self._proc.pid is not None:

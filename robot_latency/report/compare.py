@@ -40,6 +40,10 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``replay_mode``, ``replay_speed``   ``"recorded"`` or ``"asap"`` (as fast as possible), factor
 ``reference_reason``        why the reference is the reference (``--reference``, or the highest
                             precision among the runs: bits per weight, then the ladder's order)
+``plan_made``               where the plans were made: ``onboard`` (an engine on the robot, or
+                            the simulated target), ``offboard`` (engine ``openai``: a server) or
+                            ``hybrid`` (both asked each cycle)
+``server_plans``            hybrid: model plans published from the server (the rest onboard)
 ==========================  =====================================================================
 
 Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
@@ -125,6 +129,8 @@ class ComparisonRow:
     replay_mode: str | None
     replay_speed: float | None
     reference_reason: str | None = None
+    plan_made: str | None = None
+    server_plans: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a dict keyed by :data:`COLUMNS`."""
@@ -301,7 +307,22 @@ def _row(run: RunData, reference: RunData | None, run_dir: str | None,
         replay_mode=replay_mode(run),
         replay_speed=replay_speed(run),
         reference_reason=reference_reason,
+        plan_made=plan_made(run),
+        server_plans=_server_plans(run.records) if plan_made(run) == "hybrid" else None,
     )
+
+
+def plan_made(run: RunData) -> str | None:
+    """Return where a run's plans were made: onboard, offboard (a server) or hybrid."""
+    engine = (run.manifest or {}).get("engine")
+    if engine is None:
+        return None
+    return {"openai": "offboard", "hybrid": "hybrid"}.get(str(engine), "onboard")
+
+
+def _server_plans(records: Sequence[CycleRecord]) -> int:
+    return sum(1 for r in records if r.plan_source == "model" and r.offboard
+               and (r.offboard.get("hybrid") or {}).get("published") == "server")
 
 
 def _tpot_p50_ms(records: Sequence[CycleRecord]) -> float | None:
@@ -354,7 +375,8 @@ def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
 MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
                    "pred. ITL target ms", "TTFT p50/p99 ms", "ITL p50/p99 ms",
                    "deadline miss [95% CI]", "model miss [95% CI]", "fallback", "agreement",
-                   "floor eff.", "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n")
+                   "floor eff.", "TPOT p50 ms (x ref)", "draft alpha (pred. x)", "cycles", "ITL n",
+                   "plan made")
 
 
 def markdown_cells(row: ComparisonRow) -> list[str]:
@@ -390,6 +412,8 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
         if row.spec_alpha is not None else "-",
         str(row.cycles),
         str(row.itl_n),
+        (row.plan_made or "-") + (f" (server {row.server_plans})"
+                                  if row.server_plans is not None else ""),
     ]
 
 

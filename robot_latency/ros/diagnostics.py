@@ -23,7 +23,8 @@ OK, WARN, ERROR, STALE = 0, 1, 2, 3
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR", STALE: "STALE"}
 
 #: Fallback reasons that say the engine itself is in trouble.
-ENGINE_FAULTS = ("engine_error", "engine_unavailable")
+ENGINE_FAULTS = ("engine_error", "engine_unavailable", "server_unreachable", "server_error",
+                 "server_malformed")
 
 
 class DiagnosticsError(RobotLatencyError, ValueError):
@@ -191,6 +192,11 @@ class DiagnosticsTracker:
             last = engine.get("load_error") or faults[-1].engine_error or "?"
             return StatusReport("engine", ERROR,
                                 f"every recent cycle had an engine fault (last: {last})", values)
+        server_down = engine.get("server_check_error")
+        if server_down and not any(r.plan_source == "model" for r in records):
+            # A server engine whose server did not answer at start-up: ERROR until it does.
+            return StatusReport("engine", ERROR, f"no plan from the server yet: {server_down}",
+                                values)
         if faults:
             return StatusReport("engine", WARN,
                                 f"{len(faults)} engine faults in the newest cycles", values)

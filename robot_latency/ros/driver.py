@@ -152,7 +152,9 @@ class PlannerDriver:
         return {"engine": self.run.config.engine,
                 "restarts": getattr(runner, "restarts", 0),
                 "load_error": getattr(runner, "load_error", None) or "",
-                "worker_pid": getattr(runner, "pid", None) or ""}
+                "worker_pid": getattr(runner, "pid", None) or "",
+                "server_check_error": getattr(runner, "server_check_error", None)
+                or (getattr(runner, "engine_info", None) or {}).get("check_error") or ""}
 
     def __enter__(self) -> PlannerDriver:
         return self

@@ -209,6 +209,17 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("transport_margin_cap_ms", _PC.transport_margin_cap_ms, "double",
           "nor above this, nor above a quarter of the deadline (ms); also the margin until "
           "enough samples arrived", low=0.0, high=60_000.0),
+    _spec("server_url", "", "string",
+          "OpenAI-compatible server for engines openai and hybrid (http://HOST:PORT/v1); the "
+          "node starts even when it does not answer, reports ERROR and falls back until it does"),
+    _spec("server_model", "", "string",
+          "model name to ask the server for; empty: the first one it lists"),
+    _spec("server_api", "completions", "string",
+          "completions (the profile's rendered prompt) or chat (its messages)",
+          choices=("completions", "chat")),
+    _spec("hybrid_policy", "first_valid", "string",
+          "engine hybrid: first_valid (the first schema-valid plan) or prefer_server (the "
+          "server's when valid by the give-up time)", choices=("first_valid", "prefer_server")),
 )
 
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
@@ -389,7 +400,11 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
                        calibration=v["calibration"].strip() or None,
                        cpu=cpu, runner="process", label=v["label"].strip() or None,
                        hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
-                       extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]})
+                       extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]},
+                       server_url=v["server_url"].strip(),
+                       server_model=v["server_model"].strip(),
+                       server_api=v["server_api"].strip(),
+                       hybrid_policy=v["hybrid_policy"].strip())
         run, notes = build_run_config(
             spec, cores=frozenset(range(cpu_count)) if cpu_count else None)
     except SettingsError as err:

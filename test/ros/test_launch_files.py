@@ -25,7 +25,8 @@ NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES
                    "managed_planner_node": PLANNER_NAMES}
 PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
                             "device_profile", "params_file", "log_dir", "planner_profile",
-                            "managed", "autostart", "on_new_command"}
+                            "managed", "autostart", "on_new_command", "server_url",
+                            "server_model", "server_api", "hybrid_policy"}
 
 
 def _console_scripts() -> set[str]:

@@ -1,0 +1,321 @@
+"""Offboard planning benchmarks, each against a real llama-cpp-python server on loopback.
+
+    http_cost  the HTTP path's own cost: the same model in-process (llama.cpp) and on the server
+               (openai engine over loopback), the same commands, interleaved repeats; ITL p50
+               ratio (target <= 1.10) and TTFT p50 difference (target <= +15 ms)
+    fleet      N robots on one server (robot-latency fleet's core): miss rate (Wilson 95%) and
+               ITL/TTFT p99 per N
+    hedge      onboard-only, offboard-only and hybrid (first_valid) on the same stream while a
+               fleet of --load robots loads the server: model-plan-in-time rate and late plans
+               (target: hybrid >= the better of the two alone, nothing late)
+    leak       --cycles cycles against the server, killed at a third and restarted at half:
+               threads, open files and RSS before and after, every cycle's plan and reason
+
+    python bench/offboard.py http_cost --model planner-inflated-qwen2.5-0.5b --quant Q4_K_M \
+        --repeats 5 --commands 60 --out docs/bench/offboard_http_cost.json
+    python bench/offboard.py fleet --robots 1,2,4,8 --out docs/bench/offboard_fleet.json
+    python bench/offboard.py hedge --load 4 --repeats 3 --out docs/bench/offboard_hedge.json
+    python bench/offboard.py leak --cycles 1000 --out docs/bench/offboard_leak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import itertools
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from benchio import emit_result
+
+from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
+from robot_latency.engines.llama_server import LocalServer
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.loop import InlineRunner, PlannerLoop
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.settings import resolve_model_file
+from robot_latency.stats import distribution, wilson_interval
+from robot_latency.streams import read_stream
+
+COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
+            "bring me the blue bottle", "find the green ball then go to the garage quickly"]
+STREAM = Path(__file__).resolve().parents[1] / "robot_latency/data/streams/steady_operator"
+
+
+def _server(args: argparse.Namespace, log_dir: Path) -> LocalServer:
+    return LocalServer(args.model_path, n_threads=args.threads, log_path=log_dir / "server.log")
+
+
+def _stream(args: argparse.Namespace) -> Any:
+    stream = read_stream(str(args.stream))
+    if args.max_commands:
+        stream = dataclasses.replace(stream, commands=stream.commands[: args.max_commands])
+    return stream
+
+
+# --- http_cost ---------------------------------------------------------------------------------
+def _measure(engine: Any, planning: Any, commands: list[str]) -> tuple[list[float], list[float]]:
+    ttft, itl = [], []
+    for text in commands:
+        prompt = planning.build(text)
+        request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
+                                    max_tokens=planning.max_tokens,
+                                    deadline_ns=time.perf_counter_ns() + 30_000_000_000,
+                                    grammar=planning.contract.grammar, stop=planning.stop,
+                                    messages=planning.messages(text))
+        trace = engine.generate(request)
+        stamps = trace.token_ns
+        if trace.server is None and trace.stop_reason is StopReason.DONE and stamps:
+            # In-process, the end-of-text token is stamped too; a server sends no text for it
+            # (its last chunk only carries the finish_reason): compare the text tokens only.
+            stamps = stamps[:-1]
+        if stamps:
+            ttft.append((stamps[0] - trace.started_ns) / 1e6)
+            itl += [(b - a) / 1e6 for a, b in itertools.pairwise(stamps)]
+    return ttft, itl
+
+
+def cmd_http_cost(args: argparse.Namespace) -> dict[str, Any]:
+    planning = load_planning(None)
+    commands = [COMMANDS[i % len(COMMANDS)] for i in range(args.commands)]
+    with tempfile.TemporaryDirectory() as tmp, _server(args, Path(tmp)) as server:
+        local = create_engine("llamacpp", model_path=str(args.model_path),
+                              n_threads=args.threads, n_threads_batch=args.threads)
+        remote = create_engine("openai", server_url=server.url)
+        try:
+            _measure(local, planning, commands[:3])  # warm both
+            _measure(remote, planning, commands[:3])
+            reps: list[dict[str, Any]] = []
+            for rep in range(args.repeats):
+                order = [("inprocess", local), ("server", remote)]
+                if rep % 2:
+                    order.reverse()  # interleaved: neither path always runs first
+                row: dict[str, Any] = {}
+                for name, engine in order:
+                    ttft, itl = _measure(engine, planning, commands)
+                    row[name] = {"ttft_p50_ms": distribution(ttft).p50,
+                                 "itl_p50_ms": distribution(itl).p50,
+                                 "ttft_n": len(ttft), "itl_n": len(itl)}
+                reps.append(row)
+        finally:
+            local.close()
+            remote.close()
+    ratio = statistics.median(r["server"]["itl_p50_ms"] / r["inprocess"]["itl_p50_ms"]
+                              for r in reps)
+    diff = statistics.median(r["server"]["ttft_p50_ms"] - r["inprocess"]["ttft_p50_ms"]
+                             for r in reps)
+    return {"benchmark": "offboard http_cost", "model": str(args.model_path),
+            "threads": args.threads, "commands": args.commands, "repeats": reps,
+            "itl_p50_ratio_median": ratio, "ttft_p50_diff_ms_median": diff,
+            "targets": {"itl_p50_ratio_max": 1.10, "ttft_p50_diff_ms_max": 15.0},
+            "meets_targets": ratio <= 1.10 and diff <= 15.0}
+
+
+# --- fleet -------------------------------------------------------------------------------------
+def cmd_fleet(args: argparse.Namespace) -> dict[str, Any]:
+    from robot_latency.planner.fleet import FleetSpec, run_fleet
+
+    sizes = tuple(int(x) for x in args.robots.split(","))
+    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    with tempfile.TemporaryDirectory() as tmp, _server(args, Path(tmp)) as server:
+        out = Path(args.runs_dir) if args.runs_dir else Path(tmp) / "fleet"
+        doc = run_fleet(FleetSpec(server_url=server.url, sizes=sizes, out=out, planner=planner,
+                                  arrivals=args.arrivals, seed=args.seed), _stream(args))
+    for size in doc["sizes"]:
+        size.pop("run_dirs", None)
+    doc.pop("plot", None)
+    return {"benchmark": "offboard fleet", "model": str(args.model_path),
+            "threads": args.threads, **doc}
+
+
+# --- hedge -------------------------------------------------------------------------------------
+class FleetLoad:
+    """``n`` robots asking the server one plan each per ``period_ms`` until stopped."""
+
+    def __init__(self, url: str, n: int, period_ms: float) -> None:
+        self.url, self.n, self.period_s = url, n, period_ms / 1000
+        self.stop = threading.Event()
+        self.requests = 0
+        self.threads = [threading.Thread(target=self._robot, args=(i,), daemon=True)
+                        for i in range(n)]
+
+    def _robot(self, i: int) -> None:
+        planning = load_planning(None)
+        engine = create_engine("openai", server_url=self.url)
+        try:
+            k = i
+            while not self.stop.is_set():
+                start = time.monotonic()
+                _measure(engine, planning, [COMMANDS[k % len(COMMANDS)]])
+                self.requests += 1
+                k += 1
+                self.stop.wait(max(0.0, self.period_s - (time.monotonic() - start)))
+        finally:
+            engine.close()
+
+    def __enter__(self) -> FleetLoad:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def _in_time(run_dir: Path) -> dict[str, Any]:
+    from robot_latency.records import read_records
+
+    recs = read_records(run_dir / "cycles.jsonl")
+    asked = [r for r in recs if r.command_id is not None and not r.skipped]
+    good = sum(1 for r in asked if r.plan_source == "model" and r.deadline_met)
+    late = sum(1 for r in recs if not r.deadline_met)
+    ci = wilson_interval(good, len(asked))
+    return {"cycles": len(recs), "asked": len(asked), "model_plan_in_time": good,
+            "model_plan_in_time_rate": good / len(asked) if asked else None,
+            "model_plan_in_time_ci95": list(ci) if ci else None, "late": late}
+
+
+def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
+    from robot_latency.planner.replay import run_replay
+    from robot_latency.planner.settings import RunSpec, build_run_config
+
+    stream = _stream(args)
+    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    configs = ("onboard", "offboard", "hybrid")
+    engine_of = {"onboard": "llamacpp", "offboard": "openai", "hybrid": "hybrid"}
+    reps: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, _server(args, Path(tmp)) as server, \
+            FleetLoad(server.url, args.load, args.period_ms) as load:
+        for rep in range(args.repeats):
+            row: dict[str, Any] = {}
+            order = configs[rep % 3:] + configs[: rep % 3]  # interleaved, rotating
+            for name in order:
+                run_dir = Path(tmp) / f"rep{rep}-{name}"
+                run, _ = build_run_config(RunSpec(
+                    planner=planner, log_dir=run_dir, engine=engine_of[name],
+                    model=str(args.model_path), server_url=server.url,
+                    n_threads=args.threads, n_threads_batch=args.threads))
+                run_replay(run, stream)
+                row[name] = _in_time(run_dir)
+            reps.append(row)
+        load_requests = load.requests
+
+    def med(name: str) -> float | None:
+        vals = [r[name]["model_plan_in_time_rate"] for r in reps
+                if r[name]["model_plan_in_time_rate"] is not None]
+        return statistics.median(vals) if vals else None
+    rates = {name: med(name) for name in configs}
+    best_alone = max((rates["onboard"] or 0.0), (rates["offboard"] or 0.0))
+    late = sum(r["hybrid"]["late"] for r in reps)
+    return {"benchmark": "offboard hedge", "model": str(args.model_path),
+            "threads": args.threads, "load_robots": args.load, "load_requests": load_requests,
+            "deadline_ms": args.deadline_ms, "period_ms": args.period_ms,
+            "repeats": reps, "model_plan_in_time_rate_median": rates,
+            "hybrid_late_cycles": late,
+            "meets_target": (rates["hybrid"] or 0.0) >= best_alone and late == 0}
+
+
+# --- leak --------------------------------------------------------------------------------------
+def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
+    proc = psutil.Process(os.getpid())
+    kill_at, back_at = args.cycles // 3, args.cycles // 2
+    warm = min(10, max(1, args.cycles // 10))
+    with tempfile.TemporaryDirectory() as tmp:
+        server = _server(args, Path(tmp)).start()
+        # Counted, not kept: a list of every record would itself grow the RSS measured here.
+        counts = {"cycles": 0, "planned": 0, "misses": 0}
+        reasons: dict[str, int] = {}
+        measuring = [False]
+
+        def sink(rec: Any) -> None:
+            if not measuring[0]:
+                return
+            counts["cycles"] += 1
+            counts["planned"] += rec.plan is not None
+            counts["misses"] += not rec.deadline_met
+            key = rec.fallback_reason or "model"
+            reasons[key] = reasons.get(key, 0) + 1
+
+        engine = create_engine("openai", server_url=server.url)
+        config = PlannerConfig(period_ms=args.deadline_ms, deadline_ms=args.deadline_ms)
+        loop = PlannerLoop(config, InlineRunner(engine), publish=lambda _e: None, sink=sink)
+        try:
+            for i in range(warm):
+                now = loop.clock()
+                loop.run_cycle(i, now, InboundCommand(f"w{i}", COMMANDS[i % 5], now))
+            gc.collect()
+            before = {"threads": threading.active_count(), "fds": proc.num_fds(),
+                      "rss_bytes": proc.memory_info().rss}
+            measuring[0] = True
+            for i in range(args.cycles):
+                if i == kill_at:
+                    server.stop()
+                if i == back_at:
+                    server.start()
+                now = loop.clock()
+                loop.run_cycle(warm + i, now, InboundCommand(f"c{i}", COMMANDS[i % 5], now))
+            gc.collect()
+            after = {"threads": threading.active_count(), "fds": proc.num_fds(),
+                     "rss_bytes": proc.memory_info().rss}
+        finally:
+            engine.close()
+            server.stop()
+    return {"benchmark": "offboard leak", "cycles": args.cycles, "killed_at": kill_at,
+            "restarted_at": back_at, "before": before, "after": after,
+            "rss_growth_bytes": after["rss_bytes"] - before["rss_bytes"],
+            "thread_growth": after["threads"] - before["threads"],
+            "fd_growth": after["fds"] - before["fds"],
+            "every_cycle_planned": counts["planned"] == counts["cycles"] == args.cycles,
+            "deadline_misses": counts["misses"],
+            "reasons": reasons}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    for name, func in (("http_cost", cmd_http_cost), ("fleet", cmd_fleet),
+                       ("hedge", cmd_hedge), ("leak", cmd_leak)):
+        p = sub.add_parser(name)
+        p.set_defaults(func=func)
+        p.add_argument("--model", default="planner",
+                       help="GGUF path or shipped name (planner, planner-inflated-<preset>)")
+        p.add_argument("--quant", default=None, help="ladder level of --model (e.g. Q4_K_M)")
+        p.add_argument("--threads", type=int, default=1, help="llama.cpp threads, both sides")
+        p.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+        p.add_argument("--stream", type=Path, default=STREAM)
+        p.add_argument("--max-commands", type=int, default=0)
+        p.add_argument("--deadline-ms", type=float, default=150.0)
+        p.add_argument("--period-ms", type=float, default=200.0)
+        if name == "http_cost":
+            p.add_argument("--repeats", type=int, default=5)
+            p.add_argument("--commands", type=int, default=60)
+        if name == "fleet":
+            p.add_argument("--robots", default="1,2,4,8")
+            p.add_argument("--arrivals", default="offset", choices=("offset", "poisson"))
+            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--runs-dir", default=None, help="keep the run directories here")
+        if name == "hedge":
+            p.add_argument("--load", type=int, default=4, help="robots loading the server")
+            p.add_argument("--repeats", type=int, default=3)
+        if name == "leak":
+            p.add_argument("--cycles", type=int, default=1000)
+    args = parser.parse_args()
+    args.model_path = Path(resolve_model_file(args.model, args.quant) or args.model)
+    result = args.func(args)
+    result["machine_note"] = ("figures from a busy machine unless run on a quiet one; see "
+                              "docs/BENCHMARKS.md")
+    return emit_result(result, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""``robot-latency fleet`` against a real llama-cpp-python server: one run directory per robot,
+a summary per fleet size, the plot; each robot with its own arrivals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robot_latency.cli import main
+from robot_latency.engines.llama_server import free_port
+from robot_latency.records import read_records
+
+
+def _stream(tmp_path: Path) -> Path:
+    path = tmp_path / "commands.jsonl"
+    texts = ["pick up the red cup", "go to the kitchen", "stop"]
+    path.write_text("".join(json.dumps({"t_ns": i * 300_000_000, "text": t}) + "\n"
+                            for i, t in enumerate(texts)))
+    return path
+
+
+@pytest.mark.parametrize("arrivals", ["offset", "poisson"])
+def test_fleet_writes_runs_summaries_and_plot(llama_server: Any, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str],
+                                              arrivals: str) -> None:
+    out = tmp_path / "fleet"
+    rc = main(["fleet", "--server-url", llama_server.url, "--robots", "1,2",
+               "--stream", str(_stream(tmp_path)), "--out", str(out), "--arrivals", arrivals,
+               "--rate-hz", "4", "--seed", "7", "--deadline-ms", "300", "--period-ms", "300",
+               "--json"])
+    assert rc == 0, capsys.readouterr().err
+    doc = json.loads((out / "fleet.json").read_text())
+    assert [s["robots"] for s in doc["sizes"]] == [1, 2]
+    assert (out / "fleet.png").stat().st_size > 0
+    for size in doc["sizes"]:
+        n = size["robots"]
+        summary = json.loads((out / f"N{n}" / "fleet_summary.json").read_text())
+        assert summary["robots"] == n and len(summary["run_dirs"]) == n
+        records = [read_records(Path(d) / "cycles.jsonl") for d in summary["run_dirs"]]
+        assert summary["cycles"] == sum(len(r) for r in records)
+        assert {"p50", "p99"} <= set(summary["ttft_ms"]) and summary["miss_rate_ci95"]
+        for i, recs in enumerate(records):
+            ids = {r.command_id for r in recs if r.command_id}
+            assert ids and all(c.startswith(f"r{i}:") for c in ids)
+            asked = [r for r in recs if r.offboard is not None]
+            assert asked and all(r.offboard["url"] == llama_server.url for r in asked)
+
+
+def test_each_robot_has_arrivals_of_its_own(tmp_path: Path) -> None:
+    from robot_latency.planner.config import PlannerConfig
+    from robot_latency.planner.fleet import FleetSpec, robot_stream
+    from robot_latency.streams import read_stream
+
+    stream = read_stream(str(_stream(tmp_path)))
+    planner = PlannerConfig(period_ms=300, deadline_ms=300)
+    offset = FleetSpec(server_url="http://x/v1", sizes=(4,), out=tmp_path, planner=planner)
+    shifted = [robot_stream(stream, i, 4, offset) for i in range(4)]
+    for i, s in enumerate(shifted):
+        assert [c.t_ns for c in s.commands] == [c.t_ns + i * 75_000_000 for c in stream.commands]
+        assert [c.text for c in s.commands] == [c.text for c in stream.commands]
+    poisson = FleetSpec(server_url="http://x/v1", sizes=(2,), out=tmp_path, planner=planner,
+                        arrivals="poisson", rate_hz=5.0, seed=3)
+    a, b = (robot_stream(stream, i, 2, poisson) for i in range(2))
+    assert [c.t_ns for c in a.commands] != [c.t_ns for c in b.commands]
+    assert [c.t_ns for c in a.commands] == [c.t_ns for c in robot_stream(stream, 0, 2,
+                                                                         poisson).commands]
+
+
+def test_fleet_refuses_an_unreachable_server(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    rc = main(["fleet", "--server-url", url, "--robots", "1", "--stream",
+               str(_stream(tmp_path)), "--out", str(tmp_path / "f")])
+    assert rc == 2 and url in capsys.readouterr().err
+
+
+def test_fleet_refuses_bad_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "0,2",
+               "--stream", str(_stream(tmp_path)), "--out", str(tmp_path / "f")])
+    assert rc == 2 and "--robots" in capsys.readouterr().err

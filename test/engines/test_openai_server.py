@@ -1,0 +1,229 @@
+"""The openai engine against a real llama-cpp-python server and a server that misbehaves on
+purpose: streaming, the stream closed at give-up (the server aborts), every fault in the trace.
+
+Assertions are on events (what the server saw, what the trace says), never on wall-clock gaps;
+deadlines are generous hang guards.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
+from robot_latency.engines.llama_server import free_port
+from robot_latency.engines.openai_server import OpenAIServerEngine, ServerCheckError, check_server
+from robot_latency.plan.profile import load_planning
+
+GUARD_NS = 20_000_000_000  # a deadline that only a hang reaches
+
+
+def _request(command: str = "pick up the red cup", *, deadline_ns: int | None = None,
+             max_tokens: int = 24, grammar: bool = True) -> GenerationRequest:
+    planning = load_planning(None)
+    prompt = planning.build(command)
+    return GenerationRequest(
+        prompt=prompt.suffix, prefix=prompt.prefix, max_tokens=max_tokens,
+        deadline_ns=deadline_ns if deadline_ns is not None else time.perf_counter_ns() + GUARD_NS,
+        grammar=planning.contract.grammar if grammar else None, stop=planning.stop,
+        messages=planning.messages(command))
+
+
+@pytest.fixture()
+def engine_for() -> Any:
+    made: list[OpenAIServerEngine] = []
+
+    def make(url: str, **options: Any) -> OpenAIServerEngine:
+        engine = create_engine("openai", server_url=url, **options)
+        made.append(engine)
+        return engine
+    yield make
+    for engine in made:
+        engine.close()
+
+
+# --- a real server ---------------------------------------------------------------------------
+def test_streams_a_valid_plan_from_llama_cpp_python_server(llama_server: Any,
+                                                           engine_for: Any) -> None:
+    engine = engine_for(llama_server.url)
+    assert engine.kind == "llamacpp" and engine.check_error is None
+    trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.DONE, trace.error
+    plan = load_planning(None).contract.parse(trace.text)
+    assert plan["steps"]
+    server = trace.server
+    assert server is not None and server["api"] == "completions"
+    assert server["finish_reason"] == "stop"
+    # One stamp per chunk with text, in arrival order, after the request was sent.
+    assert trace.token_ns == sorted(trace.token_ns) and trace.token_ns[0] >= trace.started_ns
+    assert server["text_chunks"] == len(trace.token_ns) >= 1
+    # llama-cpp-python streams no usage: the count is the chunks', and the record says so.
+    assert server["tokens_counted_by"] == "chunks"
+    assert server["completion_tokens"] == len(trace.token_ns)
+
+
+def test_chat_api_sends_the_profiles_messages(llama_server: Any, engine_for: Any) -> None:
+    engine = engine_for(llama_server.url, server_api="chat")
+    trace = engine.generate(_request("go to the kitchen"))
+    assert trace.stop_reason is StopReason.DONE, trace.error
+    assert trace.server is not None and trace.server["api"] == "chat"
+    load_planning(None).contract.parse(trace.text)  # the grammar held on the chat endpoint too
+
+
+def test_closing_the_stream_aborts_the_request_and_frees_the_server(llama_server: Any,
+                                                                   engine_for: Any) -> None:
+    # A long unconstrained answer (end of text banned), given up after its first chunk.
+    long = engine_for(llama_server.url, grammar=False,
+                      request_extra={"logit_bias": {"4": -100.0}})
+    pending = long.start(_request(max_tokens=800, grammar=False))
+    _first_chunk(pending)
+    trace = pending.cancel()
+    assert trace.stop_reason is StopReason.ABORTED
+    assert trace.server is not None and trace.server["closed_early"]
+    # The server noticed the client leaving and stopped generating for it ...
+    deadline = time.monotonic() + 60
+    while "Disconnected from client" not in llama_server.log_text() \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "Disconnected from client" in llama_server.log_text()
+    # ... so the next cycle's request is served (one request at a time on this server).
+    nxt = engine_for(llama_server.url).generate(_request("stop"))
+    assert nxt.stop_reason is StopReason.DONE, nxt.error
+    assert nxt.text.startswith("<stop>") or load_planning(None).contract.parse(nxt.text)
+
+
+# --- faults ----------------------------------------------------------------------------------
+def test_connection_refused_is_server_unreachable(engine_for: Any) -> None:
+    engine = engine_for(f"http://127.0.0.1:{free_port()}/v1")
+    assert engine.check_error is not None and "127.0.0.1" in engine.check_error
+    trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.ERROR
+    assert trace.fault == "server_unreachable" and "connect" in (trace.error or "")
+
+
+def test_a_name_that_does_not_resolve_is_server_unreachable(engine_for: Any) -> None:
+    engine = engine_for("http://robot-latency-test.invalid:8000/v1")
+    trace = engine.generate(_request())
+    assert trace.fault == "server_unreachable"
+    assert "resolve" in (trace.error or "")
+
+
+@pytest.mark.parametrize(("mode", "fault", "text"), [
+    ("http500", "server_error", "HTTP 500"),
+    ("http404", "server_error", "HTTP 404"),
+    ("malformed", "server_malformed", "malformed"),
+    ("error_event", "server_error", "overloaded"),
+    ("no_finish", "invalid_output", "finish_reason"),
+])
+def test_each_fault_has_its_own_reason(misbehaving_server: Any, engine_for: Any, mode: str,
+                                       fault: str, text: str) -> None:
+    engine = engine_for(misbehaving_server.url, server_model=mode)
+    trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.ERROR
+    assert trace.fault == fault
+    assert text in (trace.error or "")
+
+
+def _first_chunk(pending: Any) -> None:
+    end = time.monotonic() + 60  # a hang guard
+    while not pending.state.token_ns and not pending.done and time.monotonic() < end:
+        time.sleep(0.001)
+    assert pending.state.token_ns, "no chunk from the server"
+
+
+def test_a_stall_mid_stream_ends_at_the_deadline_and_closes_the_stream(
+        misbehaving_server: Any, engine_for: Any) -> None:
+    engine = engine_for(misbehaving_server.url, server_model="stall")
+    pending = engine.start(_request())
+    _first_chunk(pending)
+    give_up = time.perf_counter_ns() + 200_000_000  # the stall: nothing more comes
+    trace = pending.wait(until_ns=give_up)
+    assert trace.stop_reason is StopReason.DEADLINE
+    assert trace.text == "<pick>" and len(trace.token_ns) == 1
+    assert trace.finished_ns is not None and trace.finished_ns >= give_up
+    assert misbehaving_server.wait_for(("disconnected", "stall"))
+    # generate() gives up at the request's own deadline the same way.
+    again = engine.generate(_request(deadline_ns=time.perf_counter_ns() + 200_000_000))
+    assert again.stop_reason is StopReason.DEADLINE
+
+
+def test_the_next_cycle_is_never_held_by_the_last_ones_request(misbehaving_server: Any,
+                                                               engine_for: Any) -> None:
+    slow = engine_for(misbehaving_server.url, server_model="slow")
+    pending = slow.start(_request())
+    _first_chunk(pending)
+    first = pending.wait(until_ns=time.perf_counter_ns() + 100_000_000)
+    assert first.stop_reason is StopReason.DEADLINE and first.token_ns
+    # The given-up request still streams on the server's side until it sees the disconnect;
+    # the next cycle's request goes out at once and is answered in full.
+    plan = engine_for(misbehaving_server.url, server_model="plan").generate(_request())
+    assert plan.stop_reason is StopReason.DONE and plan.text == "<pick><col:red><obj:cup>"
+    assert misbehaving_server.wait_for(("disconnected", "slow"))
+
+
+def test_a_complete_valid_plan_stops_the_stream(misbehaving_server: Any,
+                                                engine_for: Any) -> None:
+    # The "slow" stream never ends by itself; a contract whose plan is complete after the first
+    # chunk (a stand-in check: any parseable text) stops it there, before any deadline.
+    engine = engine_for(misbehaving_server.url, server_model="slow")
+    engine.complete_check = lambda contract, text: text == "<pick>"
+    trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.DONE and trace.text == "<pick>"
+    assert trace.server is not None and trace.server["closed_early"]
+    assert misbehaving_server.wait_for(("disconnected", "slow"))
+
+
+def test_check_server_names_the_url_in_one_line() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ServerCheckError) as err:
+        check_server(url, timeout_s=2.0)
+    assert url in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_settings_are_refused_with_the_field() -> None:
+    from robot_latency.engines.base import EngineError
+
+    with pytest.raises(EngineError, match="server_api"):
+        create_engine("openai", server_url="http://127.0.0.1:1/v1", server_api="embeddings")
+    with pytest.raises(EngineError, match="server_url"):
+        create_engine("openai", server_url="ftp://robot")
+
+
+def test_an_interrupted_answer_is_not_taken_as_a_complete_plan(tmp_path: Any,
+                                                               engine_for: Any) -> None:
+    """llama-cpp-python's server with its default ``interrupt_requests`` ends the stream in
+    progress with ``[DONE]`` and no finish_reason when another request arrives."""
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    with LocalServer(bundled_model_path(), n_threads=1, log_path=tmp_path / "server.log",
+                     extra_args=("--interrupt_requests", "true")) as server:
+        long = engine_for(server.url, grammar=False,
+                          request_extra={"logit_bias": {"4": -100.0}})
+        first = long.start(_request(max_tokens=800, grammar=False))
+        _first_chunk(first)
+        second = engine_for(server.url).start(_request("stop"))
+        trace = first.wait()
+        assert trace.stop_reason is StopReason.ERROR
+        assert trace.fault == "invalid_output" and "finish_reason" in (trace.error or "")
+        assert trace.server is not None and trace.server["finish_reason"] is None
+        assert second.wait().stop_reason is StopReason.DONE
+
+
+def test_a_server_that_comes_up_later_is_learnt_then(tmp_path: Any, engine_for: Any) -> None:
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    port = free_port()
+    engine = engine_for(f"http://127.0.0.1:{port}/v1")
+    assert engine.check_error is not None and engine.kind == "auto"
+    assert engine.generate(_request()).fault == "server_unreachable"
+    with LocalServer(bundled_model_path(), port=port, n_threads=1,
+                     log_path=tmp_path / "server.log"):
+        trace = engine.generate(_request())
+    assert trace.stop_reason is StopReason.DONE, trace.error
+    # Model and kind learnt from the server once it answered: the grammar went with the request.
+    assert engine.kind == "llamacpp" and engine.model
+    assert trace.server is not None and trace.server["kind"] == "llamacpp"

@@ -1,0 +1,122 @@
+"""The planner loop with the openai engine: every fault ends in the fallback by the deadline with
+its own reason in the record; nothing leaks over cycles in which the server dies and comes back.
+
+Deadlines here are generous (hang guards); the assertions are on records and counts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import psutil
+import pytest
+
+from robot_latency.engines.base import create_engine
+from robot_latency.engines.llama_server import free_port
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.loop import InlineRunner, PlannerLoop
+from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.records import CycleRecord
+
+CONFIG = PlannerConfig(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)
+
+
+class Loop:
+    """A loop over one openai engine, collecting its records and published envelopes."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.engine = create_engine("openai", server_url=url, **options)
+        self.records: list[CycleRecord] = []
+        self.published: list[dict[str, Any]] = []
+        self.loop = PlannerLoop(CONFIG, InlineRunner(self.engine), publish=self.published.append,
+                                sink=self.records.append)
+
+    def cycle(self, text: str = "pick up the red cup") -> CycleRecord:
+        now = self.loop.clock()
+        n = len(self.records)
+        return self.loop.run_cycle(n, now, InboundCommand(f"c{n}", text, now))
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("plan", None),
+    ("http500", "server_error"),
+    ("malformed", "server_malformed"),
+    ("error_event", "server_error"),
+    ("stall", "deadline"),
+    ("no_finish", "invalid_output"),
+    ("bad_plan", "invalid_output"),
+])
+def test_each_server_fault_falls_back_by_the_deadline_with_its_reason(
+        misbehaving_server: Any, mode: str, reason: str | None) -> None:
+    loop = Loop(misbehaving_server.url, server_model=mode)
+    try:
+        rec = loop.cycle()
+    finally:
+        loop.close()
+    assert rec.fallback_reason == reason
+    assert rec.plan_source == ("model" if reason is None else "fallback")
+    assert rec.plan is not None and rec.deadline_met
+    assert rec.offboard is not None and rec.offboard["model"] == mode
+    assert len(loop.published) == 1
+
+
+def test_server_down_falls_back_as_server_unreachable() -> None:
+    loop = Loop(f"http://127.0.0.1:{free_port()}/v1")
+    try:
+        recs = [loop.cycle() for _ in range(3)]
+    finally:
+        loop.close()
+    assert [r.fallback_reason for r in recs] == ["server_unreachable"] * 3
+    assert all(r.deadline_met and r.plan is not None for r in recs)
+    assert "connect" in (recs[0].engine_error or "")
+
+
+def test_a_real_server_plans_and_the_record_says_where(llama_server: Any) -> None:
+    loop = Loop(llama_server.url)
+    try:
+        rec = loop.cycle("go to the kitchen")
+    finally:
+        loop.close()
+    assert rec.plan_source == "model", rec.engine_error
+    assert rec.offboard is not None and rec.offboard["url"] == llama_server.url
+    assert rec.offboard["api"] == "completions" and rec.tokens_out == len(rec.token_ns) >= 1
+    assert rec.ttft_ns is not None and rec.ttft_ns > 0
+
+
+def _fds() -> int:
+    return psutil.Process(os.getpid()).num_fds()
+
+
+def test_no_leak_when_the_server_is_killed_and_restarted_midway(llama_server: Any) -> None:
+    """A short form of the 1,000-cycle drill (bench/offboard_leak.py runs the long one)."""
+    loop = Loop(llama_server.url)
+    n, kill_at, back_at = 36, 12, 24
+    try:
+        for _ in range(4):  # warm: connection pool, event loop, first allocations
+            loop.cycle()
+        threads0, fds0 = threading.active_count(), _fds()
+        for i in range(n):
+            if i == kill_at:
+                llama_server.stop()
+            if i == back_at:
+                llama_server.start()
+            loop.cycle(["pick up the red cup", "stop", "go to the kitchen"][i % 3])
+        threads1, fds1 = threading.active_count(), _fds()
+    finally:
+        loop.close()
+        if llama_server.proc is None or llama_server.proc.poll() is not None:
+            llama_server.start()
+    recs = loop.records[4:]
+    assert len(recs) == n and all(r.plan is not None for r in recs)
+    down = recs[kill_at:back_at]
+    assert all(r.fallback_reason == "server_unreachable" for r in down)
+    assert all(r.plan_source == "model" for r in recs[:kill_at])
+    assert all(r.plan_source == "model" for r in recs[back_at:])
+    # Nothing accumulates: no thread per request, no socket left open per cycle.
+    assert threads1 <= threads0
+    assert fds1 <= fds0 + 4

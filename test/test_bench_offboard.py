@@ -1,0 +1,55 @@
+"""Smoke runs of bench/offboard.py at its smallest settings: each benchmark starts a real
+llama-cpp-python server, runs, and writes its JSON (the figures come from the quiet-machine runs
+in docs/BENCHMARKS.md, not from here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench" / "offboard.py"
+
+
+def _bench(tmp_path: Path, *argv: str) -> dict:
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(BENCH), *argv, "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python ")
+    return doc
+
+
+def test_http_cost_smoke(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "http_cost", "--repeats", "2", "--commands", "2")
+    assert len(doc["repeats"]) == 2
+    for rep in doc["repeats"]:
+        assert rep["server"]["ttft_n"] == rep["inprocess"]["ttft_n"] == 2
+    assert doc["itl_p50_ratio_median"] > 0 and "ttft_p50_diff_ms_median" in doc
+
+
+def test_fleet_smoke(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "fleet", "--robots", "1,2", "--max-commands", "2")
+    assert [s["robots"] for s in doc["sizes"]] == [1, 2]
+    assert all(s["cycles"] > 0 and s["miss_rate_ci95"] for s in doc["sizes"])
+
+
+def test_hedge_smoke(tmp_path: Path) -> None:
+    doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2")
+    assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard", "hybrid"}
+    assert doc["load_requests"] >= 0 and len(doc["repeats"]) == 1
+
+
+@pytest.mark.parametrize("cycles", [9])
+def test_leak_smoke(tmp_path: Path, cycles: int) -> None:
+    doc = _bench(tmp_path, "leak", "--cycles", str(cycles))
+    assert doc["every_cycle_planned"]
+    assert doc["reasons"].get("server_unreachable", 0) >= 1  # the server was down a while
+    assert sum(doc["reasons"].values()) == cycles

@@ -17,10 +17,15 @@ deadline.
   The loop adds what it observes of itself: how far past ``deadline - transport margin`` a
   fallback was published when the loop had waited for the model until its give-up time (its
   wake-up and fallback beyond ``publish_margin_ms``; a cycle that started late is queueing, not
-  this). The margin is ``LEGS * p99(one-way) + p99(loop excess) + slack`` over
-  the newest ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` one-way
-  samples have arrived it is the cap (a new node does not yet know its transport, so it keeps
-  the most it may).
+  this). A receiver that acknowledges each plan (the client edge does: it echoes the plan's
+  cycle on the ack topic from its plan callback) gives round trips, both legs at once and on the
+  node's own clock (publish call to the ack's arrival): they include what a loopback cannot see,
+  the receiver's own executor and scheduling delay at the moment a fallback goes out (measured
+  here: 5-10 ms while the aborted engine still held the cores, against a loopback p99 of 3 ms).
+  The margin is ``max(LEGS * p99(one-way), p99(round trip)) + p99(loop excess) + slack`` over
+  the newest ``window`` samples, clamped to ``[floor, cap]``; until ``min_samples`` samples of
+  either kind have arrived it is the cap (a new node does not yet know its transport, so it
+  keeps the most it may).
 
 The estimator is thread-safe: samples come from the middleware's executor thread, the margin is
 read by the loop's thread once per cycle.
@@ -66,6 +71,7 @@ class TransportMargin:
         self.settings = settings
         self._samples: collections.deque[int] = collections.deque(maxlen=settings.window)
         self._excess: collections.deque[int] = collections.deque(maxlen=settings.window)
+        self._round_trips: collections.deque[int] = collections.deque(maxlen=settings.window)
         self._lock = threading.Lock()
         self.total_samples = 0
 
@@ -81,6 +87,20 @@ class TransportMargin:
         with self._lock:
             self._samples.append(int(sample_ns))
             self.total_samples += 1
+
+    def add_round_trip(self, sample_ns: int) -> None:
+        """Take one round trip: a plan's publish call to the receiver's acknowledgement of it
+        arriving back (both legs, on this node's clock)."""
+        if sample_ns < 0:
+            return
+        with self._lock:
+            self._round_trips.append(int(sample_ns))
+            self.total_samples += 1
+
+    def round_trip_p99_ns(self) -> int | None:
+        """The p99 of the round trips (nearest rank), None without any."""
+        with self._lock:
+            return self._p99(self._round_trips)
 
     def add_loop_excess(self, excess_ns: int) -> None:
         """Take how far past ``deadline - transport margin`` the loop published a fallback it
@@ -112,19 +132,24 @@ class TransportMargin:
             return round(s.fixed_ms * 1e6)
         floor_ns, cap_ns = round(s.floor_ms * 1e6), round(s.cap_ms * 1e6)
         with self._lock:
-            enough = len(self._samples) >= s.min_samples
-        p99 = self.p99_ns()
-        if not enough or p99 is None:
+            enough = max(len(self._samples), len(self._round_trips)) >= s.min_samples
+        p99, round_trip = self.p99_ns(), self.round_trip_p99_ns()
+        if not enough or (p99 is None and round_trip is None):
             return cap_ns
-        estimate = LEGS * p99 + self.loop_excess_p99_ns() + SLACK_NS
+        legs = max(LEGS * (p99 or 0), round_trip or 0)
+        estimate = legs + self.loop_excess_p99_ns() + SLACK_NS
         return max(floor_ns, min(cap_ns, estimate))
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says about the margin."""
-        p99 = self.p99_ns()
+        p99, round_trip = self.p99_ns(), self.round_trip_p99_ns()
+        with self._lock:
+            n_round_trips = len(self._round_trips)
         return {"transport_margin": "measured" if self.measured else "fixed",
                 "transport_margin_ms": self.margin_ns() / 1e6,
                 "transport_p99_ms": None if p99 is None else p99 / 1e6,
+                "round_trip_p99_ms": None if round_trip is None else round_trip / 1e6,
+                "round_trips_in_window": n_round_trips,
                 "loop_excess_p99_ms": self.loop_excess_p99_ns() / 1e6,
                 "transport_samples": self.total_samples,
                 "floor_ms": self.settings.floor_ms, "cap_ms": self.settings.cap_ms}

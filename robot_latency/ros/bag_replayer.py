@@ -23,6 +23,7 @@ Exit status: 0 when every command was sent, 1 when the stream cannot be read or 
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -36,6 +37,7 @@ from std_msgs.msg import String
 from robot_latency.report.client import write_client_log
 from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.loopback import ACK_TOPIC
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
 from robot_latency.ros.params import ParamError
@@ -91,6 +93,10 @@ class BagReplayerNode(Node):
             self.plan_sub = self.create_subscription(
                 String, PLAN_TOPIC, self._on_plan,
                 QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+            # Each plan is acknowledged from the plan callback (its cycle echoed): the planner
+            # measures the round trip, this executor's delay included, for its transport margin.
+            self.ack_pub = self.create_publisher(
+                String, ACK_TOPIC, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
@@ -111,7 +117,14 @@ class BagReplayerNode(Node):
                           stream_command_id=item.command_id, play=item.play)
 
     def _on_plan(self, msg: String) -> None:
-        self.tracker.received(msg.data)
+        received_ns = self.tracker.clock()
+        try:
+            cycle = json.loads(msg.data).get("cycle")
+        except (ValueError, AttributeError):
+            cycle = None
+        if isinstance(cycle, int):
+            self.ack_pub.publish(String(data=str(cycle)))
+        self.tracker.received(msg.data, received_ns)
 
     def write_client_log(self) -> dict[str, Any]:
         """Log the client-edge summary; write client.jsonl and client_summary.json."""

@@ -7,7 +7,11 @@ executor), fed into the loop's :class:`~robot_latency.planner.margin.TransportMa
   ``planner/latency_probe`` and receives it on its own subscription (:data:`PINGS` samples, one
   every :data:`PING_PERIOD_S`, over the same middleware and QoS as the plans);
 - then every plan it publishes, received by its own subscription to the plan topic (the time of
-  the publish call, kept per cycle, to the callback).
+  the publish call, kept per cycle, to the callback);
+- and, where the receiver acknowledges plans (it publishes the plan's ``cycle`` on
+  :data:`ACK_TOPIC` from its plan callback, as the client edge does), each plan's round trip:
+  the publish call to the acknowledgement's arrival, both legs on this node's clock, with the
+  receiver's own executor and scheduling delay in it.
 
 Both run in the node's executor thread, as a receiver's callback would. The probe exists only
 when the margin is measured (``transport_margin_ms < 0``).
@@ -30,6 +34,8 @@ from robot_latency.planner.margin import TransportMargin
 log = logging.getLogger(__name__)
 
 PROBE_TOPIC = "planner/latency_probe"
+#: A receiver acknowledges a plan by publishing its ``cycle`` (as text) here.
+ACK_TOPIC = "planner/plan_ack"
 #: Loopback samples taken at start-up.
 PINGS = 40
 #: One ping every so often at start-up (s).
@@ -65,18 +71,23 @@ class TransportProbe:
         self.pings_sent = 0
         self.pings_received = 0
         self.plans_received = 0
+        self.acks_received = 0
         self._sent: dict[int, int] = {}
+        self._sent_for_ack: dict[int, int] = {}
         self._probe_pub = node.create_publisher(String, PROBE_TOPIC, _qos())
         self._probe_sub = node.create_subscription(String, PROBE_TOPIC, self._on_probe, _qos())
         self._plan_sub = node.create_subscription(String, plan_topic, self._on_plan, _qos())
+        self._ack_sub = node.create_subscription(String, ACK_TOPIC, self._on_ack, _qos())
         self._timer: Any = node.create_timer(PING_PERIOD_S, self._ping)
 
     def plan_published(self, cycle: Any) -> None:
         """Note the time just before the plan of ``cycle`` is published (the loop's thread)."""
         if isinstance(cycle, int):
-            if len(self._sent) >= _MAX_PENDING:
-                self._sent.pop(next(iter(self._sent)), None)
-            self._sent[cycle] = self.clock()
+            now = self.clock()
+            for pending in (self._sent, self._sent_for_ack):
+                if len(pending) >= _MAX_PENDING:
+                    pending.pop(next(iter(pending)), None)
+                pending[cycle] = now
 
     def _add(self, sample_ns: int) -> None:
         margin = self.margin()
@@ -117,9 +128,22 @@ class TransportProbe:
             self.plans_received += 1
             self._add(now - sent)
 
+    def _on_ack(self, msg: String) -> None:
+        now = self.clock()
+        try:
+            cycle = int(msg.data)
+        except ValueError:
+            return  # not an acknowledgement
+        sent = self._sent_for_ack.pop(cycle, None)
+        margin = self.margin()
+        if sent is not None and margin is not None:
+            self.acks_received += 1
+            margin.add_round_trip(now - sent)
+
     def destroy(self) -> None:
         """Remove the probe's publisher, subscriptions and timer from the node."""
         self._stop_pings()
         self.node.destroy_subscription(self._probe_sub)
         self.node.destroy_subscription(self._plan_sub)
+        self.node.destroy_subscription(self._ack_sub)
         self.node.destroy_publisher(self._probe_pub)

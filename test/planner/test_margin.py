@@ -75,3 +75,22 @@ def test_the_loop_gives_up_the_margin_before_the_deadline_and_records_it() -> No
     for rec, plan in zip(records, plans, strict=True):
         assert all(t <= rec.deadline_ns - rec.margin_ns for t in rec.token_ns)
         assert plan["margin_ms"] == rec.margin_ns / 1e6
+
+
+def test_round_trips_from_a_receiver_raise_the_margin_past_the_loopback_estimate() -> None:
+    m = TransportMargin(MarginSettings(fixed_ms=-1.0, floor_ms=1.0, cap_ms=50.0, min_samples=8))
+    for _ in range(7):
+        m.add_round_trip(9 * MS)
+    assert m.margin_ns() == 50 * MS  # 7 of 8 samples: still the cap
+    m.add_round_trip(9 * MS)
+    assert m.margin_ns() == 9 * MS + SLACK_NS  # round trips alone leave the cap
+    for _ in range(100):
+        m.add(1 * MS)  # a fast loopback does not lower it: the receiver saw 9 ms
+    assert m.margin_ns() == 9 * MS + SLACK_NS
+    for _ in range(100):
+        m.add(6 * MS)  # a loopback slower than the round trips: both legs of it count
+    assert m.margin_ns() == LEGS * 6 * MS + SLACK_NS
+    summary = m.summary()
+    assert summary["round_trip_p99_ms"] == 9.0 and summary["round_trips_in_window"] == 8
+    m.add_round_trip(-1)  # a clock that went backwards is ignored
+    assert m.summary()["round_trips_in_window"] == 8

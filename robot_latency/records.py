@@ -83,6 +83,10 @@ class CycleRecord:
     ``complete`` when the output was finished here; ``partial`` when it was cut off here (the
     tokens so far: the prediction is a lower bound, and ``target_deadline_met_pred`` is False
     when even that misses, else None). Queue wait and publish are not part of it.
+
+    ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
+    clock (a tagged command from the client edge): in event mode the cycle's ``scheduled_ns``
+    (and so its deadline) is then that send, not ``command_arrival_ns``.
     """
 
     run_id: str
@@ -120,6 +124,7 @@ class CycleRecord:
     target_deadline_met_pred: bool | None = None
     target_pred: dict[str, Any] | None = None
     offboard: dict[str, Any] | None = None
+    command_sent_ns: int | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

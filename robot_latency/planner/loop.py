@@ -236,6 +236,8 @@ class PlannerLoop:
                           command_id=command.command_id if command else None,
                           command_arrival_ns=command.arrival_ns if first_for_command else None,
                           floor=self.floor, margin_ns=margin)
+        if first_for_command and command is not None:
+            rec.command_sent_ns = command.sent_ns
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
@@ -400,7 +402,7 @@ class PlannerLoop:
     def record_superseded(self, command: InboundCommand) -> None:
         """Record a command replaced by a newer one before its cycle could start (event mode):
         a skipped cycle, a miss, never a silent gap."""
-        self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id,
+        self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
                       reason="superseded", arrival_ns=command.arrival_ns)
 
     # --- driving loops ----------------------------------------------------------------------
@@ -464,10 +466,11 @@ class PlannerLoop:
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
-            if self.clock() >= command.arrival_ns + self.config.deadline_ns:
-                self._skipped(self._take_cycle_id(), command.arrival_ns, command.command_id)
+            if self.clock() >= command.start_ns + self.config.deadline_ns:
+                self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
+                              arrival_ns=command.arrival_ns)
             else:
-                self.run_cycle(self._take_cycle_id(), command.arrival_ns, command)
+                self.run_cycle(self._take_cycle_id(), command.start_ns, command)
             n += 1
         if own_interrupt:
             self.newer_command_waiting = None

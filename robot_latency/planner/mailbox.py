@@ -12,13 +12,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InboundCommand:
-    """A command as it arrived: its id, text and arrival time (ns, the loop's clock), and the
-    robot state text that came with it (None: the loop's latest state, if any)."""
+    """A command as it arrived: its id, text and arrival time (ns, the loop's clock), the robot
+    state text that came with it (None: the loop's latest state, if any), and when its sender
+    sent it, on the loop's clock (None: not known)."""
 
     command_id: str
     text: str
     arrival_ns: int
     state: str | None = None
+    sent_ns: int | None = None
+
+    @property
+    def start_ns(self) -> int:
+        """When the command's deadline starts counting (event mode): its send, where the sender
+        stamped it on this clock (the receiver's deadline counts from there), else its
+        arrival."""
+        return self.arrival_ns if self.sent_ns is None else min(self.sent_ns, self.arrival_ns)
 
 
 class Mailbox:

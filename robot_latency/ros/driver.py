@@ -62,16 +62,21 @@ class PlannerDriver:
         self._thread: threading.Thread | None = None
 
     # --- input ---------------------------------------------------------------------------------
-    def submit(self, text: str, command_id: str | None = None) -> InboundCommand:
+    def submit(self, text: str, command_id: str | None = None, *,
+               sent_ns: int | None = None) -> InboundCommand:
         """Stamp a command's arrival now (the loop's clock) and hand it to the loop.
 
         ``command_id``: the sender's id for it (a tagged command); None: the next own id.
+        ``sent_ns``: when the sender sent it, on the loop's clock (a stamped tagged command); a
+        stamp after the arrival or more than a deadline before it is not believed (dropped).
         """
         arrival = self.run.clock()
         if command_id is None:
             with self._ids_lock:
                 command_id = f"{self.id_prefix}{next(self._ids)}"
-        command = InboundCommand(command_id, text, arrival)
+        if sent_ns is not None and not 0 <= arrival - sent_ns <= self.loop.config.deadline_ns:
+            sent_ns = None
+        command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns)
         self.loop.submit(command)
         self._arrived.set()
         return command

@@ -44,7 +44,7 @@ from robot_latency.planner.loop import Runner
 from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.session import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
-from robot_latency.ros.client_edge import untag_command
+from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
@@ -76,6 +76,8 @@ class ManagedPlannerNode(LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **node_kwargs: Any) -> None:
         super().__init__(node_name, **node_kwargs)
         self.last_error: str | None = None
+        # a tagged command stamped on this boot's monotonic clock starts its deadline at its send
+        self._clock_id = monotonic_clock_id()
         self.settings: PlannerSettings | None = None
         self.runner: Runner | None = None
         self.driver: PlannerDriver | None = None
@@ -243,8 +245,8 @@ class ManagedPlannerNode(LifecycleNode):
         if driver is None:
             self.get_logger().warning("command received while not active: dropped")
             return
-        command_id, text = untag_command(msg.data)
-        driver.submit(text, command_id)
+        received = read_command(msg.data, clock_id=self._clock_id)
+        driver.submit(received.text, received.command_id, sent_ns=received.sent_ns)
 
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
         if self._probe is not None:

@@ -39,7 +39,7 @@ from std_msgs.msg import String
 from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.session import RunError
 from robot_latency.records import CycleRecord
-from robot_latency.ros.client_edge import untag_command
+from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
 from robot_latency.ros.driver import PlannerDriver
@@ -100,6 +100,8 @@ class PlannerNode(Node):
         super().__init__(node_name, **node_kwargs)
         self.startup_error: str | None = None
         self.startup_status = EXIT_OK
+        # a tagged command stamped on this boot's monotonic clock starts its deadline at its send
+        self._clock_id = monotonic_clock_id()
         self.driver: PlannerDriver | None = None
         self.settings: PlannerSettings | None = None
         self._probe: TransportProbe | None = None
@@ -190,8 +192,9 @@ class PlannerNode(Node):
         # A tagged command ({"command_id", "text"} JSON, from a client-edge replayer) keeps the
         # sender's id, so the sender can match the plan to it.
         assert self.driver is not None
-        command_id, text = untag_command(msg.data)
-        command = self.driver.submit(text, command_id)
+        received = read_command(msg.data, clock_id=self._clock_id)
+        command_id, text = received.command_id, received.text
+        command = self.driver.submit(text, command_id, sent_ns=received.sent_ns)
         self.get_logger().debug(f"command {command.command_id}: {len(text)} characters")
 
     def _on_state(self, msg: String) -> None:

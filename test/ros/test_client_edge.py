@@ -26,7 +26,14 @@ from robot_latency.report.client import (
     read_client_log,
 )
 from robot_latency.report.markdown import write_report
-from robot_latency.ros.client_edge import ClientTracker, tag_command, untag_command
+from robot_latency.ros.client_edge import (
+    ClientTracker,
+    ReceivedCommand,
+    monotonic_clock_id,
+    read_command,
+    tag_command,
+    untag_command,
+)
 from robot_latency.streams import Command, write_jsonl
 
 MS = 1_000_000
@@ -43,6 +50,21 @@ def test_tagged_commands_round_trip_and_anything_else_is_plain_text() -> None:
     for plain in ("stop", "{not json", '{"command_id": "x"}', '{"command_id": "", "text": "a"}',
                   '{"command_id": "x", "text": "a", "more": 1}', "[1, 2]", ""):
         assert untag_command(plain) == (None, plain)
+
+
+def test_a_send_stamp_counts_only_on_the_same_clock() -> None:
+    here = monotonic_clock_id()
+    assert here is not None and here.startswith("monotonic:")  # Linux names its boot
+    stamped = tag_command("c1@0", "stop", sent_ns=123, clock_id=here)
+    assert read_command(stamped, clock_id=here) == ReceivedCommand("c1@0", "stop", 123)
+    # another boot's clock, or a planner that knows no clock: the id and text, no send time
+    assert read_command(stamped, clock_id="monotonic:other") == ReceivedCommand("c1@0", "stop")
+    assert read_command(stamped) == ReceivedCommand("c1@0", "stop")
+    assert untag_command(stamped) == ("c1@0", "stop")
+    for bad in ('{"command_id": "x", "text": "a", "sent_ns": "1", "clock": "c"}',
+                '{"command_id": "x", "text": "a", "sent_ns": -5, "clock": "c"}',
+                '{"command_id": "x", "text": "a", "sent_ns": 5}'):
+        assert read_command(bad, clock_id="c") == ReceivedCommand(None, bad)
 
 
 def test_tracker_matches_plans_counts_the_rest_and_classifies_commands() -> None:
@@ -172,6 +194,11 @@ def test_replayer_measures_reaction_at_the_client_edge_over_dds(tmp_path: Path) 
         assert rec.command_arrival_ns is not None
         # One host, one monotonic clock: sent before it arrived, received after it was published.
         assert c.sent_ns <= rec.command_arrival_ns
+        # The send was stamped on this boot's clock: the deadline counts from it, as the
+        # receiver counts it.
+        assert rec.scheduled_ns <= rec.command_arrival_ns
+        if rec.fallback_reason != "superseded":
+            assert rec.command_sent_ns == c.sent_ns == rec.scheduled_ns
         if c.status == "answered":
             assert rec.published_ns is not None and c.received_ns is not None
             assert rec.published_ns <= c.received_ns

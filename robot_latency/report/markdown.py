@@ -219,7 +219,7 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
     # The opening section: the target's answer per level (robot_latency.report.target).
     ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
-    levels = [target_level(r, ref_run) for r in runs]
+    levels = [target_level(r, ref_run, runs) for r in runs]
     target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,

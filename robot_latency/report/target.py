@@ -5,7 +5,9 @@ record's ``target_e2e_pred_ms``: TTFT for its own uncached prompt tokens, plus `
 predicted inter-token gaps, with the ITL prediction's interval). A cycle whose output was cut off
 here (deadline, abort, no token at all) is predicted from its *planned* output length instead: the
 tokens the reference level's plan took for the same command when that plan was complete, else
-the run's ``max_tokens``; the report says how many cycles were predicted so and from what.
+another level's complete plan for it (the levels' plans agree on 98-100% of the demo's
+commands), else the run's ``max_tokens``; the report says how many cycles were predicted so and
+from what.
 
 Per level: the predicted miss rate (cycles whose predicted time exceeds their deadline) with its
 Wilson 95% interval, and the prediction's band: the same rate with every cycle at the low and
@@ -122,9 +124,19 @@ def _interval_rel(run: RunData) -> tuple[float, float]:
     return 1.0, 1.0
 
 
-def target_level(run: RunData, reference: RunData | None) -> TargetLevel:
-    """Predict every model cycle of ``run`` on its target (see the module docstring)."""
+def target_level(run: RunData, reference: RunData | None,
+                 others: Sequence[RunData] = ()) -> TargetLevel:
+    """Predict every model cycle of ``run`` on its target (see the module docstring).
+
+    ``others``: the other levels of the comparison, whose complete plans give a planned length
+    where the reference has none for a command.
+    """
     ref_len = _reference_lengths(reference if reference is not run else None)
+    other_len: dict[str, int] = {}
+    for other in others:
+        if other is not run and other is not reference:
+            for command_id, n in _reference_lengths(other).items():
+                other_len.setdefault(command_id, n)
     max_tokens = _max_tokens(run)
     rel = _interval_rel(run)
     family = (target_prediction(run) or {}).get("engine_family")
@@ -143,6 +155,8 @@ def target_level(run: RunData, reference: RunData | None) -> TargetLevel:
         if not _finished(rec):
             if rec.command_id in ref_len:
                 n, planned = max(n, ref_len[rec.command_id]), "the reference's plan length"
+            elif rec.command_id in other_len:
+                n, planned = max(n, other_len[rec.command_id]), "another level's plan length"
             elif max_tokens is not None:
                 n, planned = max(n, max_tokens), "max_tokens"
             else:
@@ -222,7 +236,7 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
     if notes:
         lines += ["Cycles whose output never finished here are predicted from their planned "
                   "output length (the reference level's plan for the same command when it "
-                  "finished, else max_tokens):", "", *notes, ""]
+                  "finished, else another level's, else max_tokens):", "", *notes, ""]
     if plot is not None:
         lines += [f"![Predicted end-to-end time on the target against the deadline]"
                   f"({plot.name})", ""]

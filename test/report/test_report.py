@@ -313,6 +313,17 @@ def test_the_report_opens_with_the_targets_answer_per_level(tmp_path: Path) -> N
     # without a reference, the run's max_tokens (50): 10 + 49 x 15 = 745 ms, all misses
     alone = target_level(runs[0], None)
     assert alone.planned == {"max_tokens": 10} and alone.misses() == 10
+    # the reference itself cut off, another level finished: that level's plan length
+    q8_cut = [_predicted(_cycle(i, n_gaps=1), ttft_ms=10, itl_ms=20, finished=False)
+              for i in range(10)]
+    q5 = [_predicted(_cycle(i, n_gaps=3), ttft_ms=10, itl_ms=18, finished=True)
+          for i in range(10)]
+    cut = [load_run(_write_run(tmp_path / name, recs, _manifest(label)))
+           for name, recs, label in (("q8c", q8_cut, "Q8_0"), ("q5", q5, "Q5_K_M"))]
+    lv = target_level(cut[0], cut[0], cut)
+    assert lv.planned == {"another level's plan length": 10}
+    assert {c.tokens_out for c in lv.cycles} == {4}  # q5's 4 tokens, not max_tokens' 50
+    assert target_level(cut[0], cut[0]).planned == {"max_tokens": 10}  # no other level given
 
     text = write_report(dirs, tmp_path / "rep").read_text()
     first = text.split("\n## ")[1]

@@ -13,8 +13,8 @@ around them is written once here:
                   deadline? ─► feed the token ─► ...
                   then the text (cut at a stop string) and the stop reason
 
-Every clock read of the loop is where the engines read it before it was shared, so a scripted
-clock gives the same trace as before. The server engine
+The clock is read at those points only (plus where an engine's own step reads it), so a
+scripted clock gives a deterministic trace. The server engine
 (:mod:`robot_latency.engines.openai_server`) times streamed chunks, not tokens it picks, and the
 simulated engine (:mod:`robot_latency.engines.sim`) plays its timings: neither uses this loop.
 """

@@ -37,18 +37,15 @@ def markdown_lines(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
         aligned: pad each column to its widest cell (every row must then have one cell per
             header); False: the compact form, ``---`` under every header.
     """
-    if not aligned:
-        def line(cells: Sequence[str]) -> str:
-            return "| " + " | ".join(cells) + " |"
-        sep = "|" + "|".join("---" for _ in headers) + "|"
-    else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-                  for i, h in enumerate(headers)]
+    widths = ([max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+               for i, h in enumerate(headers)] if aligned else None)
 
-        def line(cells: Sequence[str]) -> str:
-            return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return [line(headers), sep, *(line(r) for r in rows)]
+    def line(cells: Sequence[str]) -> str:
+        if widths is None:
+            return "| " + " | ".join(cells) + " |"
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    dashes = ["---"] * len(headers) if widths is None else ["-" * (w + 2) for w in widths]
+    return [line(headers), "|" + "|".join(dashes) + "|", *(line(r) for r in rows)]
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
 from robot_latency.planner.config import MODES, PlannerConfig
+from robot_latency.report.table import fmt, pct
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -54,9 +55,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     for s in doc["sizes"]:
         ci = s["miss_rate_ci95"]
         rows.append([str(s["robots"]), str(s["cycles"]),
-                     "-" if s["miss_rate"] is None else f"{100 * s['miss_rate']:.1f}%",
+                     pct(s["miss_rate"]),
                      "-" if ci is None else f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f}%"]
-                    + ["-" if s[k][q] is None else f"{s[k][q]:.1f}"
+                    + [fmt(s[k][q], ".1f")
                        for k in ("ttft_ms", "itl_ms", "queue_ms") for q in ("p50", "p99")])
     echo(render_table(["robots", "cycles", "miss", "95% CI", "TTFT p50", "TTFT p99",
                        "ITL p50", "ITL p99", "queue p50", "queue p99"], rows))

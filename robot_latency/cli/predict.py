@@ -28,6 +28,7 @@ from robot_latency.floor.target import (
     resolve_calibration,
     with_published_size,
 )
+from robot_latency.report.table import fmt
 
 __all__ = ["register"]
 
@@ -98,7 +99,7 @@ def _validate(args: argparse.Namespace) -> int:
          f"{'error':>7} {'80% interval':>17} in  fit")
     for r in result["rows"]:
         if r["predicted_ms"] is None:
-            floor = "-" if r["floor_ms"] is None else f"{r['floor_ms']:.2f}"
+            floor = fmt(r["floor_ms"])
             echo(f"{r['id']:44} {r['device']:24} {r['measured_ms']:9.2f} {floor:>7} "
                  f"{'-':>9} {'-':>7} {'-':>17} -   not predicted: {r['reason']}")
             continue

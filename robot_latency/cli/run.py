@@ -22,6 +22,7 @@ from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import MODES, ON_NEW_COMMAND, PlannerConfig
 from robot_latency.records import read_records
+from robot_latency.report.table import fmt
 from robot_latency.stats import summarize, write_summary
 
 
@@ -76,8 +77,7 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
              f"{sources.get('fallback', 0)} from a fallback"
              + (f", {sources['none']} none (skipped)" if sources.get("none") else "")
              + f", of {summary['cycles']} cycles")
-    rows = [[m, str(summary[m]["n"])] + ["-" if summary[m][k] is None else f"{summary[m][k]:.2f}"
-                                         for k in ("p50", "p90", "p99", "max")]
+    rows = [[m, str(summary[m]["n"])] + [fmt(summary[m][k]) for k in ("p50", "p90", "p99", "max")]
             for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
     echo(render_table(["metric", "n", "p50", "p90", "p99", "max"], rows))
     thin = [w.split(":")[0] for w in summary["warnings"] if "p99 from only" in w]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from robot_latency.errors import RobotLatencyError
 
@@ -198,7 +199,7 @@ def output_done(kind: str, text_bytes: bytes) -> bool:
 
 @runtime_checkable
 class Engine(Protocol):
-    """A batch-1 text generator with per-token timing."""
+    """A batch-1 text generator with per-token timing; a context manager that closes it."""
 
     name: str
 
@@ -214,6 +215,29 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the model and any other resources (idempotent)."""
         ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+_E = TypeVar("_E", bound="ClosesOnExit")
+
+
+class ClosesOnExit:
+    """Makes an engine a context manager: ``with create_engine(...) as engine:`` closes it at
+    the end of the block (the engine's own ``close``, idempotent)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _E) -> _E:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 EngineFactory = Callable[..., Engine]

@@ -42,11 +42,10 @@ def greedy_plans(
         LadderError: a generation failed.
     """
     grammar = actions_gbnf()
-    engine = create_engine(
+    with create_engine(
         "llamacpp", model_path=str(path), n_threads=n_threads, n_ctx=128, prefix_cache=False,
         abort_callback=False,
-    )
-    try:
+    ) as engine:
         out = []
         for cmd in commands:
             text = _command_text(cmd)
@@ -58,8 +57,6 @@ def greedy_plans(
                 raise LadderError(f"{path}: generation failed for {text!r}: {trace.error}")
             out.append(list(trace.tokens))
         return out
-    finally:
-        engine.close()
 
 
 def plan_accuracy_by_level(

@@ -27,14 +27,21 @@ from typing import Any
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import (
     AbortSignal,
+    ClosesOnExit,
     EngineError,
     GenerationRequest,
     GenerationTrace,
     StopReason,
     output_done,
     register_engine,
-    stop_after_token,
     stop_reason_now,
+)
+from robot_latency.engines.generate import (
+    decode,
+    generation,
+    prefill,
+    shared_prefix_len,
+    tokenized,
 )
 from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig
 
@@ -52,7 +59,7 @@ def resolve_model_path(model_path: str) -> Path:
         raise EngineError(f"llamacpp: no model_path given and {err}") from err
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(ClosesOnExit):
     """A batch-1 llama.cpp engine with per-token timing, prefix reuse, chunked prefill, abort
     and grammar-constrained greedy decoding (see the module docstring)."""
 
@@ -198,10 +205,7 @@ class LlamaCppEngine:
         llm = self.llm
         keep = 0
         if self.config.prefix_cache and llm.n_tokens > 0:
-            cached = llm.input_ids[: llm.n_tokens]
-            limit = min(len(cached), len(tokens) - 1)  # re-eval >= 1 token: it gives the logits
-            while keep < limit and cached[keep] == tokens[keep]:
-                keep += 1
+            keep = shared_prefix_len(llm.input_ids[: llm.n_tokens], tokens)
         if keep < llm.n_tokens:
             llm._ctx.kv_cache_seq_rm(-1, keep, -1)
             llm.n_tokens = keep
@@ -224,23 +228,19 @@ class LlamaCppEngine:
                  abort: AbortSignal | None = None) -> GenerationTrace:
         """Generate for ``request`` (see the module docstring); never raises for run-time
         failures: the trace carries ``stop_reason="error"``."""
-        clock = self.clock
-        trace = GenerationTrace(started_ns=clock())
         self._cb_deadline_ns, self._cb_abort, self._cb_fired = request.deadline_ns, abort, False
-        try:
-            self._generate(request, abort, trace)
-        except Exception as err:  # a broken model must not take the worker down
-            log.warning("llamacpp generation failed: %r", err)
-            trace.stop_reason, trace.error = StopReason.ERROR, f"{type(err).__name__}: {err}"
-            self.llm.n_tokens = 0  # unknown KV state: start clean next time
-            self.llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        finally:
-            self._arm(False)
-            trace.finished_ns = clock()
-        return trace
 
-    def _stop_now(self, request: GenerationRequest, abort: AbortSignal | None) -> StopReason | None:
-        return stop_reason_now(request, abort, self.clock())
+        def body(trace: GenerationTrace) -> None:
+            try:
+                self._generate(request, abort, trace)
+            finally:
+                self._arm(False)
+        return generation("llamacpp", self.clock, log, body, self._forget_kv)
+
+    def _forget_kv(self) -> None:
+        """Drop the whole KV cache (its state is unknown after a failure: start clean)."""
+        self.llm.n_tokens = 0
+        self.llm._ctx.kv_cache_seq_rm(-1, 0, -1)
 
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
@@ -250,62 +250,23 @@ class LlamaCppEngine:
                 request.prompt.encode("utf-8"), add_bos=False, special=True)
         else:
             tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
-        trace.tokenized_ns = clock()
-        trace.prompt_tokens = len(tokens)
-        if len(tokens) + request.max_tokens > self.n_ctx:
-            raise EngineError(f"prompt of {len(tokens)} tokens + max_tokens "
-                              f"{request.max_tokens} exceeds the context of {self.n_ctx}")
+        tokenized(trace, clock, tokens, request, self.n_ctx, f"the context of {self.n_ctx}")
         keep = self._reuse_prefix(tokens)
         trace.prefix_cache_tokens = keep
         # Prefill, chunk by chunk; the callback is armed for the whole prefill.
         self._arm(request.deadline_ns is not None or abort is not None)
-        for start in range(keep, len(tokens), cfg.chunk_tokens):
-            stop = self._stop_now(request, abort)
-            if stop is not None or not self._eval(tokens[start: start + cfg.chunk_tokens]):
-                trace.stop_reason = stop or (StopReason.ABORTED if abort is not None
-                                             and abort.is_set() else StopReason.DEADLINE)
-                # The prefill given up on still took this long (a timed-out cycle's record
-                # shows where its budget went).
-                trace.phases_extra_ns["prefill"] = clock() - trace.tokenized_ns
-                return
-            trace.prefill_chunk_ns.append(clock())
+        if prefill(request, abort, trace, clock, tokens, keep, cfg.chunk_tokens,
+                   self._eval) is not None:
+            # The prefill given up on still took this long (a timed-out cycle's record shows
+            # where its budget went).
+            trace.phases_extra_ns["prefill"] = clock() - trace.tokenized_ns
+            return
         self._arm(False)
         if self.drafter is not None:
             self._decode_speculative(request, abort, trace, tokens)
             return
-        sampler = self._sampler(request)
-        sample_ns = 0
-        text_bytes = b""
-        stop_reason = StopReason.MAX_TOKENS
-        for i in range(request.max_tokens):
-            t0 = clock()
-            token = sampler.sample(llm._ctx, -1)
-            now = clock()
-            sample_ns += now - t0
-            trace.token_ns.append(now)
-            trace.tokens.append(int(token))
-            if self._is_end(token):
-                stop_reason = StopReason.DONE
-                break
-            text_bytes += llm.detokenize([token], special=False)
-            stop = stop_after_token(request, text_bytes, i + 1, abort, clock())
-            if stop is not None:
-                stop_reason = stop
-                break
-            if request.deadline_ns is not None and len(trace.token_ns) >= 2:
-                itl = trace.token_ns[-1] - trace.token_ns[-2]
-                self._arm(request.deadline_ns - now < cfg.arm_margin_steps * itl)
-            if not self._eval([int(token)]):
-                stop_reason = StopReason.ABORTED if abort is not None and abort.is_set() \
-                    else StopReason.DEADLINE
-                break
-        text = text_bytes.decode("utf-8", errors="replace")
-        for s in request.stop:
-            if s and s in text:
-                text = text[: text.index(s)]
-        trace.text = text
-        trace.stop_reason = stop_reason
-        trace.phases_extra_ns["sample"] = sample_ns
+        sample_ns = decode(request, abort, trace, clock,
+                           _LlamaSteps(self, self._sampler(request), request, trace))
         if request.grammar is not None:
             trace.phases_extra_ns["grammar"] = sample_ns  # sampling time is grammar-dominated
 
@@ -348,7 +309,7 @@ class LlamaCppEngine:
         out.append(pending)
         done = self._is_end(pending)
         while not done and len(out) < request.max_tokens:
-            stop = self._stop_now(request, abort)
+            stop = stop_reason_now(request, abort, clock())
             if stop is not None:
                 stop_reason = stop
                 break
@@ -427,6 +388,32 @@ class LlamaCppEngine:
             if self.drafter is not None:
                 self.drafter.close()
             self.llm.close()
+
+
+class _LlamaSteps:
+    """The llama.cpp engine's part of the shared decode loop
+    (:func:`robot_latency.engines.generate.decode`)."""
+
+    def __init__(self, engine: LlamaCppEngine, sampler: Any, request: GenerationRequest,
+                 trace: GenerationTrace) -> None:
+        self.engine, self.sampler, self.request, self.trace = engine, sampler, request, trace
+
+    def sample(self, started_ns: int) -> int:
+        return int(self.sampler.sample(self.engine.llm._ctx, -1))
+
+    def is_end(self, token: int) -> bool:
+        return self.engine._is_end(token)
+
+    def piece(self, token: int) -> bytes:
+        return self.engine.llm.detokenize([token], special=False)
+
+    def feed(self, token: int) -> bool:
+        # Arm the abort callback only once the deadline is within a few inter-token gaps.
+        deadline, stamps = self.request.deadline_ns, self.trace.token_ns
+        if deadline is not None and len(stamps) >= 2:
+            itl = stamps[-1] - stamps[-2]
+            self.engine._arm(deadline - stamps[-1] < self.engine.config.arm_margin_steps * itl)
+        return self.engine._eval([token])
 
 
 @register_engine("llamacpp")

@@ -32,9 +32,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -43,127 +42,35 @@ from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.action_mask import GRAMMAR_MASK, ActionGrammarMask, normalize_gbnf
 from robot_latency.engines.base import (
     AbortSignal,
+    ClosesOnExit,
     EngineError,
     GenerationRequest,
     GenerationTrace,
-    StopReason,
     register_engine,
-    stop_after_token,
-    stop_reason_now,
+)
+from robot_latency.engines.generate import (
+    decode,
+    generation,
+    prefill,
+    shared_prefix_len,
+    tokenized,
+)
+from robot_latency.engines.onnx_config import (  # noqa: F401  (re-exported)
+    DEFAULT_PROVIDERS,
+    OnnxConfig,
+    resolve_onnx_model,
+    resolve_tokenizer_gguf,
 )
 from robot_latency.engines.providers import choose_providers
 from robot_latency.plan.actions import actions_gbnf
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROVIDERS: tuple[str, ...] = (
-    "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 #: Providers whose memory is the GPU's (IO binding keeps the KV there).
 _GPU_PROVIDERS = {"TensorrtExecutionProvider": "cuda", "CUDAExecutionProvider": "cuda"}
 
 
-@dataclass(frozen=True)
-class OnnxConfig:
-    """Options of the ONNX Runtime engine; all recorded with every run.
-
-    Args:
-        model_path: the ``.onnx`` decoder (FP32 or INT8) from ``export_onnx``/``export_all``;
-            a GGUF or "" (the bundled planner): its FP32 export, built into the cache once.
-        providers: execution providers to ask for, in order of preference.
-        tokenizer_gguf: the GGUF whose vocabulary tokenizes prompts; "" = a GGUF with the same
-            stem next to the ``.onnx`` (``planner.int8.onnx`` -> ``planner.gguf``), else the
-            bundled planner.
-        intra_op_threads: ONNX Runtime threads inside an operator (leave a core to the loop).
-        io_binding: keep the KV cache on the provider's device between runs.
-        n_ctx: most tokens (prompt + output) per generation.
-        chunk_tokens: prefill chunk size: a deadline check runs between chunks.
-        prefix_cache: reuse the KV of the prefix shared with the previous prompt.
-        seed: sampling seed (only used when a request's temperature > 0).
-    """
-
-    model_path: str = ""
-    providers: tuple[str, ...] = DEFAULT_PROVIDERS
-    tokenizer_gguf: str = ""
-    intra_op_threads: int = 1
-    io_binding: bool = True
-    n_ctx: int = 512
-    chunk_tokens: int = 64
-    prefix_cache: bool = True
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> EngineError:
-            return EngineError(f"onnx: {name}={getattr(self, name)!r}: {why}")
-
-        if isinstance(self.providers, (list, str)):  # from YAML / a CLI flag
-            object.__setattr__(self, "providers", tuple(
-                [self.providers] if isinstance(self.providers, str) else self.providers))
-        if not self.providers or not all(isinstance(p, str) and p for p in self.providers):
-            raise bad("providers", "must be a non-empty tuple of provider names")
-        if self.intra_op_threads < 1:
-            raise bad("intra_op_threads", "must be >= 1")
-        if self.n_ctx < 16:
-            raise bad("n_ctx", "must be >= 16")
-        if self.chunk_tokens < 1:
-            raise bad("chunk_tokens", "must be >= 1")
-
-
-def resolve_onnx_model(model_path: str) -> Path:
-    """Return the ``.onnx`` file to load for ``model_path``.
-
-    Args:
-        model_path: an ``.onnx`` file; a GGUF (its ONNX export, built into the model cache on
-            first use); or "" (the bundled planner's export, likewise).
-
-    Raises:
-        EngineError: the GGUF cannot be exported (quantized, unreadable).
-    """
-    if model_path and not model_path.endswith(".gguf"):
-        return Path(model_path)
-    from robot_latency.models.onnx_cache import OnnxCacheError, onnx_model_path
-
-    try:
-        return onnx_model_path(model_path or None)
-    except OnnxCacheError as err:
-        raise EngineError(f"onnx: {err}") from err
-
-
-def resolve_tokenizer_gguf(model_path: Path, tokenizer_gguf: str = "") -> Path:
-    """Return the GGUF whose vocabulary tokenizes prompts for ``model_path``.
-
-    Args:
-        model_path: the ``.onnx`` file.
-        tokenizer_gguf: an explicit GGUF path ("" = look next to the model, then the bundled
-            planner).
-
-    Returns:
-        The GGUF path.
-
-    Raises:
-        EngineError: none found.
-    """
-    if tokenizer_gguf:
-        return Path(tokenizer_gguf)
-    stem = model_path.name[: -len(".onnx")] if model_path.name.endswith(".onnx") \
-        else model_path.stem
-    candidates = [stem]
-    for suffix in (".int8", ".fp32", ".fp16"):
-        if stem.endswith(suffix):
-            candidates.append(stem[: -len(suffix)])
-    for cand in candidates:
-        path = model_path.with_name(cand + ".gguf")
-        if path.is_file():
-            return path
-    from robot_latency.models.bundled import BundledModelError, bundled_model_path
-
-    try:
-        return bundled_model_path()
-    except BundledModelError as err:
-        raise EngineError(f"onnx: no tokenizer GGUF next to {model_path} "
-                          f"({', '.join(c + '.gguf' for c in candidates)}) and {err}") from err
-
-
-class OnnxEngine:
+class OnnxEngine(ClosesOnExit):
     """A batch-1 ONNX Runtime engine with per-token timing, prefix reuse, chunked prefill and
     grammar-masked greedy decoding (see the module docstring)."""
 
@@ -335,12 +242,7 @@ class OnnxEngine:
         return logits[0, -1]  # (1, 1 or T, V) -> (V,)
 
     def _reuse_prefix(self, tokens: list[int]) -> int:
-        keep = 0
-        if self.config.prefix_cache:
-            cached = self._cache_tokens
-            limit = min(len(cached), len(tokens) - 1)  # run >= 1 token: it gives the logits
-            while keep < limit and cached[keep] == tokens[keep]:
-                keep += 1
+        keep = shared_prefix_len(self._cache_tokens, tokens) if self.config.prefix_cache else 0
         self._trim_cache(keep)
         return keep
 
@@ -349,86 +251,25 @@ class OnnxEngine:
                  abort: AbortSignal | None = None) -> GenerationTrace:
         """Generate for ``request`` (see the module docstring); never raises for run-time
         failures: the trace carries ``stop_reason="error"``."""
-        trace = GenerationTrace(started_ns=self.clock())
-        try:
-            self._generate(request, abort, trace)
-        except Exception as err:  # a broken model or request must not take the worker down
-            log.warning("onnx generation failed: %r", err)
-            trace.stop_reason, trace.error = StopReason.ERROR, f"{type(err).__name__}: {err}"
-            self._reset_cache()  # unknown KV state: start clean next time
-        finally:
-            trace.finished_ns = self.clock()
-        return trace
-
-    def _stop_now(self, request: GenerationRequest, abort: AbortSignal | None) -> StopReason | None:
-        return stop_reason_now(request, abort, self.clock())
+        return generation("onnx", self.clock, log,
+                          lambda trace: self._generate(request, abort, trace), self._reset_cache)
 
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
         clock, cfg = self.clock, self.config
         tokens = list(self.llm.tokenize(request.full_prompt.encode("utf-8"), add_bos=True,
                                         special=True))
-        trace.tokenized_ns = clock()
-        trace.prompt_tokens = len(tokens)
-        if len(tokens) + request.max_tokens > cfg.n_ctx:
-            raise EngineError(f"prompt of {len(tokens)} tokens + max_tokens "
-                              f"{request.max_tokens} exceeds n_ctx={cfg.n_ctx}")
-        mask = self._grammar_mask(request.grammar)
+        tokenized(trace, clock, tokens, request, cfg.n_ctx, f"n_ctx={cfg.n_ctx}")
+        steps = _OnnxSteps(self, request, self._grammar_mask(request.grammar))
         keep = self._reuse_prefix(tokens)
         trace.prefix_cache_tokens = keep
-        logits: np.ndarray | None = None
-        for start in range(keep, len(tokens), cfg.chunk_tokens):
-            stop = self._stop_now(request, abort)
-            if stop is not None:
-                trace.stop_reason = stop
-                return
-            logits = self._run(tokens[start: start + cfg.chunk_tokens])
-            trace.prefill_chunk_ns.append(clock())
-        assert logits is not None  # keep <= len(tokens) - 1: at least one chunk ran
-        rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
-        state = mask.start() if mask is not None else None
-        sample_ns = mask_ns = 0
-        text_bytes = b""
-        stop_reason = StopReason.MAX_TOKENS
-        for i in range(request.max_tokens):
-            t0 = clock()
-            if state is not None:
-                allowed = mask.allowed(state)
-                if allowed.size == 0:
-                    raise EngineError("grammar allows no token here")
-                t_mask = clock()
-                mask_ns += t_mask - t0
-                token = int(allowed[self._pick(logits[allowed], request, rng)])
-            else:
-                token = self._pick(logits, request, rng)
-            now = clock()
-            sample_ns += now - t0
-            trace.token_ns.append(now)
-            trace.tokens.append(token)
-            if token in self._eog:
-                # Any end-of-generation token ends it, not only the EOS: the grammar mask
-                # allows every one of them at a step boundary, as llama.cpp's grammar does.
-                stop_reason = StopReason.DONE
-                break
-            if state is not None:
-                state = mask.advance(state, self._pieces[token])
-                if state is None:
-                    raise EngineError(f"grammar rejected token {token}")
-            text_bytes += self.llm.detokenize([token], special=False)
-            stop = stop_after_token(request, text_bytes, i + 1, abort, clock())
-            if stop is not None:
-                stop_reason = stop
-                break
-            logits = self._run([token])
-        text = text_bytes.decode("utf-8", errors="replace")
-        for s in request.stop:
-            if s and s in text:
-                text = text[: text.index(s)]
-        trace.text = text
-        trace.stop_reason = stop_reason
-        trace.phases_extra_ns["sample"] = sample_ns
-        if mask is not None:
-            trace.phases_extra_ns["grammar"] = mask_ns
+        if prefill(request, abort, trace, clock, tokens, keep, cfg.chunk_tokens,
+                   steps.run) is not None:
+            return
+        assert steps.logits is not None  # keep <= len(tokens) - 1: at least one chunk ran
+        decode(request, abort, trace, clock, steps)
+        if steps.mask is not None:
+            trace.phases_extra_ns["grammar"] = steps.mask_ns
 
     @staticmethod
     def _pick(logits: np.ndarray, request: GenerationRequest,
@@ -465,12 +306,50 @@ class OnnxEngine:
             self.session = None  # type: ignore[assignment]
             self.llm.close()
 
-    def __enter__(self) -> OnnxEngine:
-        return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+class _OnnxSteps:
+    """The ONNX engine's part of the shared loop (:mod:`robot_latency.engines.generate`): the
+    logits of the last run, the grammar mask's state, the pick."""
+
+    def __init__(self, engine: OnnxEngine, request: GenerationRequest,
+                 mask: ActionGrammarMask | None) -> None:
+        self.engine, self.request, self.mask = engine, request, mask
+        self.rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
+        self.state = mask.start() if mask is not None else None
+        self.logits: np.ndarray | None = None  # (V,) of the last position run
+        self.mask_ns = 0
+
+    def run(self, tokens: list[int]) -> bool:
+        self.logits = self.engine._run(tokens)
+        return True  # ONNX Runtime cannot be stopped inside a run
+
+    def sample(self, started_ns: int) -> int:
+        logits, pick = self.logits, self.engine._pick
+        assert logits is not None
+        if self.state is None:
+            return pick(logits, self.request, self.rng)
+        assert self.mask is not None
+        allowed = self.mask.allowed(self.state)
+        if allowed.size == 0:
+            raise EngineError("grammar allows no token here")
+        self.mask_ns += self.engine.clock() - started_ns
+        return int(allowed[pick(logits[allowed], self.request, self.rng)])
+
+    def is_end(self, token: int) -> bool:
+        # Any end-of-generation token ends it, not only the EOS: the grammar mask allows every
+        # one of them at a step boundary, as llama.cpp's grammar does.
+        return token in self.engine._eog
+
+    def piece(self, token: int) -> bytes:
+        if self.state is not None:
+            assert self.mask is not None
+            self.state = self.mask.advance(self.state, self.engine._pieces[token])
+            if self.state is None:
+                raise EngineError(f"grammar rejected token {token}")
+        return self.engine.llm.detokenize([token], special=False)
+
+    def feed(self, token: int) -> bool:
+        return self.run([token])
 
 
 @register_engine("onnx")

@@ -28,6 +28,7 @@ import numpy as np
 from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
 from robot_latency.engines.base import (
     AbortSignal,
+    ClosesOnExit,
     EngineError,
     GenerationRequest,
     GenerationTrace,
@@ -118,7 +119,7 @@ class SimConfig:
                               f"got {self.stall_probability!r}")
 
 
-class SimEngine:
+class SimEngine(ClosesOnExit):
     """A batch-1 engine whose timings come from the floor model (see the module docstring)."""
 
     name = "sim"

@@ -17,11 +17,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
-from robot_latency.engines.base import Engine, GenerationRequest, GenerationTrace, StopReason
+from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
 from robot_latency.plan.actions import PlanParseError
 from robot_latency.plan.contract import complete_plan
 from robot_latency.plan.profile import Planning, load_planning
@@ -29,6 +29,12 @@ from robot_latency.planner.config import PlannerConfig
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
 from robot_latency.planner.margin import TransportMargin
+from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop's runners)
+    InlineRunner,
+    Interrupt,
+    Runner,
+    RunOutcome,
+)
 from robot_latency.records import FALLBACK_REASONS, CycleRecord, RecordError
 
 log = logging.getLogger(__name__)
@@ -41,79 +47,6 @@ PARTIAL_TRACE_WAIT_NS = 200_000_000
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
-
-
-@dataclass
-class RunOutcome:
-    """What a runner got from the engine for one request."""
-
-    trace: GenerationTrace | None
-    status: str  # "ok", "timeout" (not done by the give-up time), "error", "unavailable",
-    #              "preempted" (a newer command arrived; on_new_command: preempt)
-    error: str | None = None
-    wait_ns: int = 0  # waited for the worker to finish a request aborted earlier
-
-
-Interrupt = Callable[[], bool]
-
-
-class Runner(Protocol):
-    """Runs one generation for the loop, giving up at a time the loop chooses.
-
-    ``interrupt``: polled while the generation runs; when it returns True the generation is
-    aborted at once and the outcome is ``preempted`` (a newer command arrived).
-    """
-
-    def run(self, request: GenerationRequest, *, give_up_ns: int,
-            interrupt: Interrupt | None = None) -> RunOutcome: ...
-
-    def info(self) -> dict[str, Any]: ...
-
-
-class _AbortWhen:
-    """An abort signal that is set when the loop's interrupt says so."""
-
-    def __init__(self, interrupt: Interrupt) -> None:
-        self.interrupt = interrupt
-        self.fired = False
-
-    def is_set(self) -> bool:
-        if not self.fired and self.interrupt():
-            self.fired = True
-        return self.fired
-
-
-class InlineRunner:
-    """Run the engine in the loop's own thread.
-
-    The engine must honour ``request.deadline_ns`` itself (the simulated engine does; llama.cpp
-    does through its abort callback). An engine that raises gives an ``error`` outcome; the loop
-    never sees the exception.
-    """
-
-    def __init__(self, engine: Engine, *, clock: Clock = DEFAULT_CLOCK) -> None:
-        self.engine = engine
-        self.clock = clock
-
-    def run(self, request: GenerationRequest, *, give_up_ns: int,
-            interrupt: Interrupt | None = None) -> RunOutcome:
-        abort = _AbortWhen(interrupt) if interrupt is not None else None
-        try:
-            trace = self.engine.generate(request, abort=abort)
-        except Exception as err:  # a broken engine must not stop the loop
-            log.warning("engine %s raised: %r", getattr(self.engine, "name", "?"), err)
-            return RunOutcome(None, "error", f"{type(err).__name__}: {err}")
-        if trace.stop_reason is StopReason.ERROR:
-            return RunOutcome(trace, "error", trace.error)
-        if abort is not None and abort.fired:
-            return RunOutcome(trace, "preempted")
-        if self.clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE,
-                                                             StopReason.ABORTED):
-            return RunOutcome(trace, "timeout")
-        return RunOutcome(trace, "ok")
-
-    def info(self) -> dict[str, Any]:
-        return {"runner": "inline", **self.engine.info()}
 
 
 def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:

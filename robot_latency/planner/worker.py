@@ -24,8 +24,8 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
-from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
-from robot_latency.planner.loop import Interrupt, RunOutcome
+from robot_latency.engines.base import GenerationRequest, GenerationTrace
+from robot_latency.planner.runner import Interrupt, RunOutcome, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +85,21 @@ def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
     except Exception as err:
         conn.send(("load_error", f"{type(err).__name__}: {err}"))
         return
-    conn.send(("ready", engine.info()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            break
-        if msg is None:
-            break
-        seq, request = msg
-        try:
-            trace = engine.generate(request, abort=abort)
-            conn.send(("trace", seq, trace.to_dict()))
-        except Exception as err:
-            conn.send(("error", seq, f"{type(err).__name__}: {err}"))
-    engine.close()
+    with engine:
+        conn.send(("ready", engine.info()))
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            if msg is None:
+                break
+            seq, request = msg
+            try:
+                trace = engine.generate(request, abort=abort)
+                conn.send(("trace", seq, trace.to_dict()))
+            except Exception as err:
+                conn.send(("error", seq, f"{type(err).__name__}: {err}"))
 
 
 class ProcessRunner:
@@ -388,13 +388,7 @@ class ProcessRunner:
                 continue  # a stale answer from an aborted request
             if kind == "error":
                 return RunOutcome(None, "error", payload)
-            trace = GenerationTrace.from_dict(payload)
-            if trace.stop_reason is StopReason.ERROR:
-                return RunOutcome(trace, "error", trace.error)
-            if self.clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE,
-                                                                 StopReason.ABORTED):
-                return RunOutcome(trace, "timeout")
-            return RunOutcome(trace, "ok")
+            return outcome_of(GenerationTrace.from_dict(payload), self.clock, give_up_ns)
 
     def _wait_ready(self, give_up_ns: int, interrupt: Interrupt | None = None) -> bool:
         """Wait for the worker's answer until ``give_up_ns``; True when one is ready.

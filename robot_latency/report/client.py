@@ -37,6 +37,7 @@ from typing import Any
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.rundir import ReportError
+from robot_latency.report.table import fmt, markdown_lines, pct, rate_ci
 from robot_latency.stats import distribution, wilson_interval, write_summary
 
 log = logging.getLogger(__name__)
@@ -260,10 +261,6 @@ def compare_edges(label: str, records: Sequence[CycleRecord],
     return EdgeComparison(label, planner, client_ms, transport, cmd_leg, plan_leg, summary)
 
 
-def _f(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
     """The report's Markdown section: planner side, client side and their difference."""
     if not edges:
@@ -278,21 +275,22 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
              + SAME_HOST_CLOCK_NOTE[1:] + ". A receiver miss is a command without its own plan "
              "within the deadline; the planner miss rate is the planner's own deadline misses "
              "over its cycles for a command. A receiver rate above the planner's means plans on "
-             "time where they were published arrived late: flagged below.", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+             "time where they were published arrived late: flagged below.", ""]
+    rows = []
     for e in edges:
         s = e.summary
         p, c, t = s["reaction_planner_ms"], s["reaction_client_ms"], s["transport_ms"]
         ci = s["receiver_miss_rate_ci95"]
         rate = s["receiver_miss_rate"]
-        miss = "-" if rate is None else (f"{100 * rate:.1f}% [{100 * ci[0]:.1f}, "
-                                         f"{100 * ci[1]:.1f}]")
-        lines.append("| " + " | ".join([
-            e.label, f"{_f(p['p50'])} / {_f(p['p99'])} ({p['n']})",
-            f"{_f(c['p50'])} / {_f(c['p90'])} / {_f(c['p99'])} / {_f(c['max'])} ({c['n']})",
-            f"{_f(t['p50'], '.2f')} / {_f(t['p99'], '.2f')} / {_f(t['max'], '.2f')} ({t['n']})",
+        miss = "-" if rate is None else rate_ci(rate, ci[0], ci[1])
+        rows.append([
+            e.label, f"{fmt(p['p50'], '.1f')} / {fmt(p['p99'], '.1f')} ({p['n']})",
+            f"{fmt(c['p50'], '.1f')} / {fmt(c['p90'], '.1f')} / {fmt(c['p99'], '.1f')} / "
+            f"{fmt(c['max'], '.1f')} ({c['n']})",
+            f"{fmt(t['p50'])} / {fmt(t['p99'])} / {fmt(t['max'])} ({t['n']})",
             miss, f"{s['superseded']} / {s['unanswered']}", str(s["plans_unmatched"]),
-            _planner_rate(s)]) + " |")
+            _planner_rate(s)])
+    lines += markdown_lines(header, rows, aligned=False)
     flagged = [e for e in edges if e.summary.get("receiver_misses_exceed_planner")]
     lines.append("")
     for e in flagged:
@@ -311,7 +309,7 @@ def _planner_rate(s: dict[str, Any]) -> str:
     if rate is None:
         return "-"
     flag = " ⚠" if s.get("receiver_excess_flagged") else ""
-    return f"{100 * rate:.1f}%{flag}"
+    return pct(rate) + flag
 
 
 def plot_reaction_cdf(edges: Sequence[EdgeComparison],

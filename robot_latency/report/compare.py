@@ -75,6 +75,7 @@ from robot_latency.report.rundir import (
     target_itl_floor_ms,
     target_prediction,
 )
+from robot_latency.report.table import fmt, markdown_table, rate_ci
 from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
 log = logging.getLogger(__name__)
@@ -359,18 +360,6 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,
 
 # --- renderers ---------------------------------------------------------------------------------
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _rate(rate: float | None, lo: float | None, hi: float | None) -> str:
-    if rate is None:
-        return "-"
-    if lo is None or hi is None:
-        return f"{100 * rate:.1f}%"
-    return f"{100 * rate:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
 #: Markdown table header (human names; the data columns are :data:`COLUMNS`).
 MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL target ms",
                    "pred. ITL target ms", "TTFT p50/p99 ms", "ITL p50/p99 ms",
@@ -381,7 +370,7 @@ MARKDOWN_HEADER = ("config", "size", "bpw", "floor ITL host ms", "floor ITL targ
 
 def markdown_cells(row: ComparisonRow) -> list[str]:
     """Return one row's Markdown cells, in :data:`MARKDOWN_HEADER` order."""
-    target = _fmt(row.floor_itl_target_ms)
+    target = fmt(row.floor_itl_target_ms)
     if row.floor_itl_target_ms is not None and row.target_device:
         target = f"{target} ({row.target_device})"
     label = row.label + (" (asap)" if row.replay_mode == "asap" else "")
@@ -394,21 +383,21 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
     return [
         label.replace("|", "\\|"),
         row.model_size or "-",
-        _fmt(row.effective_bpw),
-        _fmt(row.floor_itl_host_ms),
+        fmt(row.effective_bpw),
+        fmt(row.floor_itl_host_ms),
         target,
-        f"{_fmt(row.pred_itl_target_ms)} ({row.pred_engine_family})"
+        f"{fmt(row.pred_itl_target_ms)} ({row.pred_engine_family})"
         if row.pred_itl_target_ms is not None else "-",
-        f"{_fmt(row.ttft_p50_ms, '.1f')} / {_fmt(row.ttft_p99_ms, '.1f')}",
-        f"{_fmt(row.itl_p50_ms)} / {_fmt(row.itl_p99_ms)}",
-        _rate(row.deadline_miss_rate, row.deadline_miss_ci95_lo, row.deadline_miss_ci95_hi),
-        _rate(row.model_miss_rate, row.model_miss_ci95_lo, row.model_miss_ci95_hi),
-        _rate(row.fallback_rate, None, None),
+        f"{fmt(row.ttft_p50_ms, '.1f')} / {fmt(row.ttft_p99_ms, '.1f')}",
+        f"{fmt(row.itl_p50_ms)} / {fmt(row.itl_p99_ms)}",
+        rate_ci(row.deadline_miss_rate, row.deadline_miss_ci95_lo, row.deadline_miss_ci95_hi),
+        rate_ci(row.model_miss_rate, row.model_miss_ci95_lo, row.model_miss_ci95_hi),
+        rate_ci(row.fallback_rate, None, None),
         agreement,
-        _fmt(row.floor_efficiency),
-        f"{_fmt(row.tpot_p50_ms)} ({_fmt(row.tpot_speedup)}x)" if row.tpot_speedup is not None
-        else _fmt(row.tpot_p50_ms),
-        f"{_fmt(row.spec_alpha)} ({_fmt(row.spec_predicted_speedup)}x)"
+        fmt(row.floor_efficiency),
+        f"{fmt(row.tpot_p50_ms)} ({fmt(row.tpot_speedup)}x)" if row.tpot_speedup is not None
+        else fmt(row.tpot_p50_ms),
+        f"{fmt(row.spec_alpha)} ({fmt(row.spec_predicted_speedup)}x)"
         if row.spec_alpha is not None else "-",
         str(row.cycles),
         str(row.itl_n),
@@ -419,10 +408,7 @@ def markdown_cells(row: ComparisonRow) -> list[str]:
 
 def to_markdown(rows: Sequence[ComparisonRow]) -> str:
     """Return the comparison as a Markdown table (no trailing newline); ``-`` marks unknowns."""
-    lines = ["| " + " | ".join(MARKDOWN_HEADER) + " |",
-             "|" + "|".join("---" for _ in MARKDOWN_HEADER) + "|"]
-    lines += ["| " + " | ".join(markdown_cells(r)) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(MARKDOWN_HEADER, [markdown_cells(r) for r in rows], aligned=False)
 
 
 def to_csv(rows: Sequence[ComparisonRow], path: str | os.PathLike[str]) -> Path:

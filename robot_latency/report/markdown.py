@@ -32,6 +32,7 @@ from robot_latency.report.diagnose import (
 )
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
+from robot_latency.report.table import fmt, markdown_lines, pct
 from robot_latency.report.target import plot_target_e2e, target_level, target_section
 from robot_latency.stats import P99_MIN_SAMPLES
 
@@ -52,13 +53,8 @@ _PLOT_TITLES = {
 }
 
 
-def _f(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-            + ["| " + " | ".join(r) + " |" for r in rows])
+    return markdown_lines(header, rows, aligned=False)
 
 
 def _sample_warnings(run: RunData, diag: Diagnosis) -> list[str]:
@@ -77,8 +73,8 @@ def _buckets(title: str, buckets: Sequence[Bucket]) -> list[str]:
     if not buckets:
         return [f"{title}: no data.", ""]
     rows = [[f"{b.lo}" if b.lo == b.hi else f"{b.lo}-{b.hi}", str(b.n),
-             f"{100 * b.deadline_miss_rate:.1f}%", f"{100 * b.model_miss_rate:.1f}%",
-             _f(b.e2e_p50_ms, ".1f"), _f(b.e2e_p99_ms, ".1f"), str(b.e2e_n)]
+             pct(b.deadline_miss_rate), pct(b.model_miss_rate),
+             fmt(b.e2e_p50_ms, ".1f"), fmt(b.e2e_p99_ms, ".1f"), str(b.e2e_n)]
             for b in buckets]
     return [f"{title}:", "", *_table(["tokens", "cycles", "deadline miss", "model miss",
                                       "E2E p50 ms", "E2E p99 ms", "E2E n"], rows), ""]
@@ -94,7 +90,7 @@ def _slowest_misses(diag: Diagnosis) -> list[str]:
     if not misses:
         return []
     rows = [[str(m.cycle), m.cause, "deadline" if m.deadline_miss else "model",
-             _f(m.cycle_ms, ".1f"),
+             fmt(m.cycle_ms, ".1f"),
              ", ".join(f"{k} {v:.1f}" for k, v in m.parts_ms.items()) or "-",
              str(m.tokens_out)] for m in misses]
     return [f"Slowest misses ({len(misses)} of {len(diag.misses)}), by part:", "",
@@ -109,11 +105,11 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
                   "recorded times, so queueing and misses reflect saturation, not the operator's "
                   "pace.", ""]
     lines += [
-        f"- cycles: {diag.cycles}; deadline: {_f(diag.deadline_ms, 'g')} ms; "
+        f"- cycles: {diag.cycles}; deadline: {fmt(diag.deadline_ms, 'g')} ms; "
         f"deadline misses (late or skipped): {diag.deadline_misses}; "
         f"model misses (fallback answered): {diag.model_misses}",
-        f"- E2E p99/p50 = {_f(t.e2e_ratio)} (n={t.e2e_n}); TPOT p99/p50 = {_f(t.tpot_ratio)} "
-        f"(n={t.tpot_n}); ITL p99/p50 = {_f(t.itl_ratio)} (n={t.itl_n})",
+        f"- E2E p99/p50 = {fmt(t.e2e_ratio)} (n={t.e2e_n}); TPOT p99/p50 = {fmt(t.tpot_ratio)} "
+        f"(n={t.tpot_n}); ITL p99/p50 = {fmt(t.itl_ratio)} (n={t.itl_n})",
         f"- verdict: **{t.verdict}**",
     ]
     lines += [f"- warning: {w}" for w in _sample_warnings(run, diag)]
@@ -128,8 +124,8 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
     else:
         lines += ["No misses to attribute.", ""]
     if diag.phases:
-        rows = [[p.phase, str(p.n), _f(p.mean_ms), _f(p.p99_ms),
-                 "-" if p.share is None else f"{100 * p.share:.1f}%"] for p in diag.phases]
+        rows = [[p.phase, str(p.n), fmt(p.mean_ms), fmt(p.p99_ms),
+                 pct(p.share)] for p in diag.phases]
         lines += ["Phase split:", "",
                   *_table(["phase", "cycles", "mean ms", "p99 ms", "share of cycle time"], rows),
                   ""]

@@ -26,6 +26,7 @@ from typing import Any
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.rundir import RunData, target_device_id, target_prediction
+from robot_latency.report.table import markdown_lines, pct, rate_ci
 from robot_latency.stats import distribution, wilson_interval
 
 log = logging.getLogger(__name__)
@@ -177,10 +178,6 @@ def target_level(run: RunData, reference: RunData | None,
     return TargetLevel(run.label, device, family, cycles)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
                    plot: Path | None) -> list[str]:
     """Return the report's opening section (Markdown lines): the answer on the target.
@@ -214,8 +211,8 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
             lv.label.replace("|", "\\|"),
             f"{lv.device_id or '-'} / {lv.engine_family or '-'}",
             str(lv.n),
-            "-" if ci is None else f"{_pct(lv.rate())} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]",
-            "-" if not lv.n else f"{_pct(lv.rate('lo'))} - {_pct(lv.rate('hi'))}",
+            "-" if ci is None else f"{pct(lv.rate())} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]",
+            "-" if not lv.n else f"{pct(lv.rate('lo'))} - {pct(lv.rate('hi'))}",
             "-" if dist.p50 is None else f"{dist.p50:.0f} / {dist.max:.0f}",
             ", ".join(f"{d:g}" for d in deadlines) or "-",
             _measured(row, "deadline_miss"),
@@ -230,8 +227,7 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
     header = ["level", "target / engine family", "cycles", "predicted miss [95% CI]",
               "band", "predicted e2e p50 / max ms", "deadline ms",
               "measured here: deadline miss [95% CI]", "measured here: model miss [95% CI]"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += markdown_lines(header, rows, aligned=False)
     lines.append("")
     if notes:
         lines += ["Cycles whose output never finished here are predicted from their planned "
@@ -244,13 +240,8 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
 
 
 def _measured(row: Any, key: str) -> str:
-    rate = getattr(row, f"{key}_rate", None)
-    lo, hi = getattr(row, f"{key}_ci95_lo", None), getattr(row, f"{key}_ci95_hi", None)
-    if rate is None:
-        return "-"
-    if lo is None or hi is None:
-        return _pct(rate)
-    return f"{_pct(rate)} [{100 * lo:.1f}, {100 * hi:.1f}]"
+    return rate_ci(getattr(row, f"{key}_rate", None), getattr(row, f"{key}_ci95_lo", None),
+                   getattr(row, f"{key}_ci95_hi", None))
 
 
 def plot_target_e2e(levels: Sequence[TargetLevel],

@@ -167,6 +167,24 @@ def test_draft_identical_to_target_accepts_everything(model: Path) -> None:
         spec.close()
 
 
+def test_engine_is_a_context_manager_and_the_inline_runner_closes_it(model: Path) -> None:
+    with create_engine("llamacpp", model_path=str(model), n_ctx=256) as e:
+        assert e.generate(_req("stop")).stop_reason is not StopReason.ERROR
+        assert not e.closed
+    assert e.closed
+    runner = InlineRunner(create_engine("llamacpp", model_path=str(model), n_ctx=256))
+    runner.close()
+    assert runner.engine.closed
+
+
+def test_context_overflow_is_an_error_trace(engine) -> None:
+    trace = engine.generate(_req("stop", max_tokens=5000))
+    assert trace.stop_reason is StopReason.ERROR
+    assert "exceeds the context of" in (trace.error or "")
+    # The engine starts clean after a failure: the next generation works.
+    assert engine.generate(_req("stop")).stop_reason is not StopReason.ERROR
+
+
 @pytest.mark.parametrize(("content", "needle"), [
     (b"", "empty"), (b"PK\x03\x04 not a model at all" * 3, "not a GGUF"),
 ])

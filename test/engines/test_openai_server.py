@@ -103,6 +103,13 @@ def test_connection_refused_is_server_unreachable(engine_for: Any) -> None:
     assert trace.fault == "server_unreachable" and "connect" in (trace.error or "")
 
 
+def test_the_engine_is_a_context_manager_that_stops_its_client_thread() -> None:
+    with create_engine("openai", server_url=f"http://127.0.0.1:{free_port()}/v1") as engine:
+        assert engine.generate(_request()).fault == "server_unreachable"
+        assert engine._thread.is_alive()
+    assert engine.closed and not engine._thread.is_alive()
+
+
 def test_a_name_that_does_not_resolve_is_server_unreachable(engine_for: Any) -> None:
     engine = engine_for("http://robot-latency-test.invalid:8000/v1")
     trace = engine.generate(_request())

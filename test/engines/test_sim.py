@@ -35,6 +35,11 @@ def test_plans_come_from_the_injected_responder() -> None:
     assert trace.text == "<stop>" and trace.stop_reason is StopReason.DONE
 
 
+def test_engine_is_a_context_manager() -> None:
+    with create_engine("sim", clock=ScriptedClock(), responder=rule_responder) as engine:
+        assert engine.generate(GenerationRequest(prompt=PROMPT)).stop_reason is StopReason.DONE
+
+
 def test_output_is_the_rule_plan_and_timing_is_consistent() -> None:
     engine, trace = _trace(jitter_sigma=0.0)
     assert trace.stop_reason is StopReason.DONE

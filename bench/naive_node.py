@@ -27,6 +27,7 @@ from std_msgs.msg import String
 from robot_latency.plan.actions import PlanParseError
 from robot_latency.plan.profile import load_planning
 from robot_latency.ros.client_edge import untag_command
+from robot_latency.ros.topics import COMMAND_TOPIC, PLAN_TOPIC
 
 
 class NaivePlanner(Node):
@@ -47,8 +48,8 @@ class NaivePlanner(Node):
         gbnf = self.planning.contract.grammar if use_grammar else None
         self.grammar = (llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
                         if gbnf else None)
-        self.pub = self.create_publisher(String, "planner/plan", 10)
-        self.sub = self.create_subscription(String, "planner/command", self.on_command, 10)
+        self.pub = self.create_publisher(String, PLAN_TOPIC, 10)
+        self.sub = self.create_subscription(String, COMMAND_TOPIC, self.on_command, 10)
         self.cycle = 0
         self.get_logger().info(f"naive planner ready: {model}")
 

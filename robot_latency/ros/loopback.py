@@ -30,12 +30,10 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 
 from robot_latency.planner.margin import TransportMargin
+from robot_latency.ros.topics import ACK_TOPIC, PROBE_TOPIC
 
 log = logging.getLogger(__name__)
 
-PROBE_TOPIC = "planner/latency_probe"
-#: A receiver acknowledges a plan by publishing its ``cycle`` (as text) here.
-ACK_TOPIC = "planner/plan_ack"
 #: Loopback samples taken at start-up.
 PINGS = 40
 #: One ping every so often at start-up (s).

@@ -1,7 +1,9 @@
 """The ``managed_planner_node`` executable: the planner as a managed (lifecycle) node.
 
-The same topics, parameters and run directory as ``planner_node``, brought up in order by a
-lifecycle manager (Nav2's, ``ros2 lifecycle set``) through the standard services
+The same topics, parameters (with the same runtime updates), robot state subscription, transport
+probe, diagnostics and run directory as ``planner_node``: both are thin nodes around
+:class:`~robot_latency.ros.node_core.PlannerCore`, this one brought up in order by a lifecycle
+manager (Nav2's, ``ros2 lifecycle set``) through the standard services
 ``<node>/change_state`` and ``<node>/get_state`` (lifecycle_msgs):
 
     unconfigured --configure--> inactive     parameters validated, the engine loaded (the model
@@ -20,7 +22,10 @@ lifecycle manager (Nav2's, ``ros2 lifecycle set``) through the standard services
 The first activation writes to ``log_dir``; each later one to ``<log_dir>-<n>`` (n = 2, 3...),
 so every run directory holds one run. A transition asked for in the wrong state gets the
 standard answer (``success: false``), and the node stays where it was. Commands arriving while
-the node is not active are dropped with a log line (a plan published then would go nowhere).
+the node is not active are dropped with a log line (a plan published then would go nowhere); the
+newest robot state is kept for the next run. Parameters may change freely while unconfigured
+(kind and range checked at once, the rest at configure); once configured only the runtime ones
+(diagnostics) may, as on the plain node.
 
     managed_planner_node --ros-args -p engine:=sim
     ros2 lifecycle set /planner_node configure && ros2 lifecycle set /planner_node activate
@@ -29,78 +34,49 @@ the node is not active are dropped with a log line (a plan published then would 
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
 
-from robot_latency.planner.loop import Runner
-from robot_latency.planner.margin import TransportMargin
-from robot_latency.planner.session import RunError, close_runner, make_runner
-from robot_latency.records import CycleRecord
-from robot_latency.ros.client_edge import monotonic_clock_id, read_command
-from robot_latency.ros.declare import declare_table, unknown_overrides
-from robot_latency.ros.diagnostics import CycleWindow, DiagnosticsTracker, StatusReport
-from robot_latency.ros.driver import PlannerDriver
-from robot_latency.ros.loopback import TransportProbe
 from robot_latency.ros.main_util import ros_main, spin_until
-from robot_latency.ros.params import PLANNER_PARAMS, ParamError, PlannerSettings, planner_settings
-from robot_latency.ros.planner_node import (
-    COMMAND_TOPIC,
-    CYCLE_TOPIC,
-    DIAGNOSTICS_TOPIC,
-    NODE_NAME,
-    PLAN_TOPIC,
-    plan_qos,
-)
+from robot_latency.ros.node_core import NODE_NAME, CoreNode, NodeStepError, PlannerCore
 
 log = logging.getLogger(__name__)
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
 
-def activation_log_dir(log_dir: Any, activation: int) -> Any:
-    """The run directory of the ``activation``-th activation (1: ``log_dir`` itself)."""
-    return log_dir if activation == 1 else log_dir.with_name(f"{log_dir.name}-{activation}")
+class ManagedPlannerNode(CoreNode, LifecycleNode):
+    """The planner node as a lifecycle node (see the module docstring).
 
-
-class ManagedPlannerNode(LifecycleNode):
-    """The planner node as a lifecycle node (see the module docstring)."""
+    Attributes:
+        last_error: why the last transition failed (None after a successful configure).
+    """
 
     def __init__(self, node_name: str = NODE_NAME, **node_kwargs: Any) -> None:
         super().__init__(node_name, **node_kwargs)
         self.last_error: str | None = None
-        # a tagged command stamped on this boot's monotonic clock starts its deadline at its send
-        self._clock_id = monotonic_clock_id()
-        self.settings: PlannerSettings | None = None
-        self.runner: Runner | None = None
-        self.driver: PlannerDriver | None = None
-        self.activations = 0
-        self.summaries: list[dict[str, Any]] = []
-        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
-        self._plan_pub: Any = None
-        self._probe: TransportProbe | None = None
-        self._transport: TransportMargin | None = None
-        self._cycle_pub: Any = None
-        self._sub: Any = None
-        self._diag_timer: Any = None
-        self.window: CycleWindow | None = None
-        self.tracker: DiagnosticsTracker | None = None
-        # Declared now (ros2 param works in every state); read and validated at configure.
+        # Plan and cycle records go out on lifecycle publishers: silent unless active.
+        self.core = PlannerCore(self, create_publisher=self.create_lifecycle_publisher,
+                                destroy_publisher=self.destroy_lifecycle_publisher)
         try:
-            declare_table(self, PLANNER_PARAMS)
-        except ParamError as err:
-            self.last_error = f"bad parameter: {err}"
+            self.core.declare()  # ros2 param works in every state; read at configure
+        except NodeStepError as err:
+            self.last_error = str(err)
             self.get_logger().error(self.last_error)
-        for name in unknown_overrides(self, PLANNER_PARAMS):
-            self.get_logger().warning(f"parameter {name!r} is not a parameter of {node_name}; "
-                                      "ignored (a typo?)")
+
+    @property
+    def activations(self) -> int:
+        """How many runs this node has opened."""
+        return self.core.runs
+
+    @property
+    def summaries(self) -> list[dict[str, Any]]:
+        """The summaries of the runs closed so far, oldest first."""
+        return self.core.summaries
 
     # --- Humble compatibility ----------------------------------------------------------------
     def _LifecycleNodeMixin__change_state(self, transition_id: int) -> TransitionCallbackReturn:
@@ -119,172 +95,59 @@ class ManagedPlannerNode(LifecycleNode):
     # --- transitions ---------------------------------------------------------------------------
     def _refuse(self, message: str) -> TransitionCallbackReturn:
         self.last_error = message
-        self.get_logger().error(message)
-        self._diag_pub.publish(self._array([StatusReport("lifecycle", 2, message, {})]))
+        self.core.report_error("lifecycle", message)
         return FAILURE
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters and load the model; FAILURE (unconfigured) with the reason."""
-        values = {s.name: self.get_parameter(s.name).value for s in PLANNER_PARAMS}
         try:
-            settings = planner_settings(values)
-        except ParamError as err:
-            return self._refuse(f"configure failed: bad parameter: {err}")
-        try:
-            runner = make_runner(settings.run)
-        except RunError as err:
+            settings = self.core.configure(load_engine=True)
+        except NodeStepError as err:
             return self._refuse(f"configure failed: {err}")
-        self.settings, self.runner, self.last_error = settings, runner, None
+        self.last_error = None
         cfg = settings.run
-        self.window = CycleWindow(settings.diagnostics.diagnostics_window)
-        self.tracker = DiagnosticsTracker(deadline_ms=cfg.planner.deadline_ms)
-        for note in settings.notes:
-            self.get_logger().info(note)
-        self._plan_pub = self.create_lifecycle_publisher(String, PLAN_TOPIC,
-                                                         plan_qos(cfg.planner))
-        self._cycle_pub = self.create_lifecycle_publisher(
-            String, CYCLE_TOPIC, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
-        self._sub = self.create_subscription(
-            String, COMMAND_TOPIC, self._on_command,
-            QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
-                       reliability=ReliabilityPolicy.RELIABLE))
-        # The transport margin outlives an activation: the start-up loopback is measured once.
-        self._transport = TransportMargin(cfg.planner.margin_settings())
-        if self._transport.measured:
-            transport = self._transport
-            self._probe = TransportProbe(self, PLAN_TOPIC, lambda: transport)
         self.get_logger().info(f"configured: engine {cfg.engine} ({cfg.label}) loaded, "
-                               f"deadline {cfg.planner.deadline_ms:g} ms")
+                               f"deadline {cfg.planner.deadline_ms:g} ms; "
+                               f"{self.core.topics_line()}")
         return super().on_configure(state)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start a run: its directory, the loop thread, the publishers."""
-        assert self.settings is not None and self.runner is not None
-        cfg = self.settings.run
-        n = self.activations + 1
-        run_cfg = cfg if n == 1 else _with_log_dir(cfg, activation_log_dir(cfg.log_dir, n))
         # Publishers first: the loop's first plan must not be dropped as "inactive".
         ret = super().on_activate(state)
         if ret != SUCCESS:
             return ret
         try:
-            driver = PlannerDriver(run_cfg, publish_plan=self._publish_plan,
-                                   on_record=self._on_record,
-                                   max_cycles=self.settings.max_cycles, runner=self.runner)
-        except RunError as err:
+            driver = self.core.open_run()
+            self.core.start_loop()
+        except NodeStepError as err:
             super().on_deactivate(state)
             return self._refuse(f"activate failed: {err}")
-        if self._transport is not None:
-            driver.loop.transport = self._transport
-        try:
-            driver.start()
-        except RunError as err:
-            driver.run.close()
-            super().on_deactivate(state)
-            return self._refuse(f"activate failed: planner loop could not start: {err}")
-        self.driver, self.activations = driver, n
-        self._diag_timer = self.create_timer(self.settings.diagnostics_period_s,
-                                             self._publish_diagnostics)
-        self.get_logger().info(f"active: run {n} in {run_cfg.log_dir}")
+        self.get_logger().info(f"active: run {self.core.runs} in {driver.run.log_dir}")
         return SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop after the current cycle and close the run (records flushed, summary written)."""
-        self._close_run()
+        self.core.close_run()
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Unload the model and drop the publishers and the subscription."""
-        self._unload()
+        """Unload the model and drop the publishers and the subscriptions."""
+        self.core.unconfigure()
         return super().on_cleanup(state)
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Close whatever runs, from any state."""
-        self._close_run()
-        self._unload()
+        self.core.close_run()
+        self.core.unconfigure()
         return SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Recover to unconfigured: close the run, unload the model."""
         self.get_logger().error(f"error while leaving {state.label}: closing everything")
-        self._close_run()
-        self._unload()
+        self.core.close_run()
+        self.core.unconfigure()
         return SUCCESS
-
-    # --- helpers -------------------------------------------------------------------------------
-    def _close_run(self) -> None:
-        if self._diag_timer is not None:
-            self.destroy_timer(self._diag_timer)
-            self._diag_timer = None
-        if self.driver is not None:
-            summary = self.driver.close()
-            self.summaries.append(summary)
-            self.get_logger().info(
-                f"run closed: {summary.get('cycles')} cycles, "
-                f"{summary.get('deadline_misses')} deadline misses, in "
-                f"{self.driver.run.log_dir}")
-            self.driver = None
-
-    def _unload(self) -> None:
-        if self.runner is not None:
-            close_runner(self.runner)
-            self.runner = None
-        for pub in (self._plan_pub, self._cycle_pub):
-            if pub is not None:
-                self.destroy_lifecycle_publisher(pub)
-        if self._sub is not None:
-            self.destroy_subscription(self._sub)
-        if self._probe is not None:
-            self._probe.destroy()
-        self._plan_pub = self._cycle_pub = self._sub = None
-        self._probe, self._transport = None, None
-        self.settings = None
-
-    def _on_command(self, msg: String) -> None:
-        driver = self.driver
-        if driver is None:
-            self.get_logger().warning("command received while not active: dropped")
-            return
-        received = read_command(msg.data, clock_id=self._clock_id)
-        driver.submit(received.text, received.command_id, sent_ns=received.sent_ns)
-
-    def _publish_plan(self, envelope: dict[str, Any]) -> None:
-        if self._probe is not None:
-            self._probe.plan_published(envelope.get("cycle"))
-        self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
-
-    def _on_record(self, rec: CycleRecord) -> None:
-        if self.window is not None:
-            self.window.add(rec)
-        self._cycle_pub.publish(String(data=rec.to_json()))
-
-    def _array(self, reports: list[StatusReport]) -> DiagnosticArray:
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        hardware_id = self.settings.run.target_device if self.settings is not None else ""
-        for r in reports:
-            status = DiagnosticStatus(level=bytes([r.level]), name=f"{self.get_name()}: {r.name}",
-                                      message=r.message, hardware_id=hardware_id)
-            status.values = [KeyValue(key=k, value=v) for k, v in r.values.items()]
-            array.status.append(status)
-        return array
-
-    def _publish_diagnostics(self) -> None:
-        """Publish the same health reports as the plain node (while a run is active)."""
-        driver, window, tracker = self.driver, self.window, self.tracker
-        if driver is None or window is None or tracker is None or self.settings is None:
-            return
-        reports = tracker.evaluate(window.snapshot(), self.settings.diagnostics,
-                                   engine=driver.engine_state(),
-                                   mailbox=driver.loop.mailbox.counters())
-        reports[0].values["cycles_total"] = str(window.total)
-        self._diag_pub.publish(self._array(reports))
-
-
-def _with_log_dir(cfg: Any, log_dir: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(cfg, log_dir=log_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

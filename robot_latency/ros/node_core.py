@@ -1,0 +1,432 @@
+"""The planner node's core, shared by the plain and the managed (lifecycle) node.
+
+Everything a planner node is, once: the parameters (declared from
+:data:`~robot_latency.ros.params.PLANNER_PARAMS`, read once, a runtime update checked in the
+on-set callback), the topics (:mod:`robot_latency.ros.topics`: commands and robot state in,
+plans and cycle records out), the transport probe that measures the margin kept before the
+deadline, health on ``/diagnostics`` (an offboard engine's unanswered server is ERROR there
+until it answers), and the run (directory, loop thread, closing). The two node classes only
+map their own life to its steps:
+
+    step                  planner_node (plain)        managed_planner_node
+    declare()             constructor                 constructor
+    configure()           constructor                 on_configure (load_engine=True)
+    open_run()            constructor                 on_activate (run n in log_dir-<n>)
+    start_loop()          start()                     on_activate
+    close_run()           close()                     on_deactivate, on_shutdown
+    unconfigure()         (process exit)              on_cleanup, on_shutdown
+
+A step that fails raises :class:`NodeStepError` (its message and the exit status); the node
+reports it (log and an ERROR on ``/diagnostics``, :meth:`PlannerCore.report_error`) in its own
+words. Only rclpy API that Humble has is used (no parameter client, no pre/post set-parameter
+callbacks, no timer autostart).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.loop import Runner
+from robot_latency.planner.margin import TransportMargin
+from robot_latency.planner.session import RunError, close_runner, make_runner
+from robot_latency.planner.settings import with_log_dir
+from robot_latency.records import CycleRecord
+from robot_latency.ros.client_edge import monotonic_clock_id, read_command
+from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.diagnostics import (
+    ERROR,
+    CycleWindow,
+    DiagnosticsTracker,
+    DiagnosticThresholds,
+    StatusReport,
+)
+from robot_latency.ros.driver import PlannerDriver
+from robot_latency.ros.loopback import TransportProbe
+from robot_latency.ros.params import (
+    PLANNER_NAMES,
+    PLANNER_PARAMS,
+    ParamError,
+    PlannerSettings,
+    check_update,
+    coerce,
+    planner_settings,
+)
+from robot_latency.ros.topics import (
+    COMMAND_TOPIC,
+    CYCLE_TOPIC,
+    DIAGNOSTICS_TOPIC,
+    PLAN_TOPIC,
+    STATE_TOPIC,
+)
+
+log = logging.getLogger(__name__)
+
+#: Both nodes' default name (params files and lifecycle managers address it by this name).
+NODE_NAME = "planner_node"
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_PARAMETER = 0, 1, 2
+
+_BY_NAME = {s.name: s for s in PLANNER_PARAMS}
+
+
+class NodeStepError(RuntimeError):
+    """A step of the node's life that failed; the message says why.
+
+    Attributes:
+        status: the exit status it means for a node executable (1: run, 2: bad parameter).
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def plan_qos(planner: PlannerConfig) -> QoSProfile:
+    """Return the plan publisher's QoS: reliable, and in periodic mode a deadline of one period.
+
+    The deadline is the node's promise that a plan follows the previous one within a period;
+    a subscriber may request it (its requested deadline must be >= the period to match). Event
+    mode publishes only when commands arrive, so it declares no deadline.
+    """
+    qos = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
+                     reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.VOLATILE)
+    if planner.mode == "periodic":
+        qos.deadline = Duration(nanoseconds=planner.period_ns)
+    return qos
+
+
+def activation_log_dir(log_dir: Path, activation: int) -> Path:
+    """The run directory of the ``activation``-th run (1: ``log_dir`` itself, then ``-2``...)."""
+    return log_dir if activation == 1 else log_dir.with_name(f"{log_dir.name}-{activation}")
+
+
+class PlannerCore:
+    """The planner node's parameters, topics, state, diagnostics and run, on a host node.
+
+    Args:
+        node: the rclpy node it lives on (a plain ``Node`` or a ``LifecycleNode``).
+        create_publisher: makes the plan and cycle publishers (a lifecycle node passes its
+            ``create_lifecycle_publisher``); default ``node.create_publisher``.
+        destroy_publisher: removes them again; default ``node.destroy_publisher``.
+    """
+
+    def __init__(self, node: Node, *, create_publisher: Callable[..., Any] | None = None,
+                 destroy_publisher: Callable[[Any], Any] | None = None) -> None:
+        self.node = node
+        self._create_pub = create_publisher or node.create_publisher
+        self._destroy_pub = destroy_publisher or node.destroy_publisher
+        self.declare_error: str | None = None
+        self.settings: PlannerSettings | None = None
+        self.runner: Runner | None = None
+        self.driver: PlannerDriver | None = None
+        self.probe: TransportProbe | None = None
+        self.transport: TransportMargin | None = None
+        self.window: CycleWindow | None = None
+        self.tracker: DiagnosticsTracker | None = None
+        self._clock_id = monotonic_clock_id()
+        self.runs = 0
+        self.summaries: list[dict[str, Any]] = []
+        #: the typed parameter values in effect (None until configured)
+        self.values: dict[str, Any] | None = None
+        self.thresholds: DiagnosticThresholds | None = None
+        #: the newest robot state text received (kept while no run is open)
+        self.state_text: str | None = None
+        self._plan_pub: Any = None
+        self._cycle_pub: Any = None
+        self._subs: list[Any] = []
+        self._diag_timer: Any = None
+        # A plain publisher in every state: a failed start-up or transition is reported on it.
+        self._diag_pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
+
+    @property
+    def logger(self) -> Any:
+        """The host node's rclpy logger."""
+        return self.node.get_logger()
+
+    # --- parameters --------------------------------------------------------------------------
+    def declare(self) -> None:
+        """Declare the parameters (so ``ros2 param`` works in every state), warn about unknown
+        overrides, and install the on-set callback.
+
+        Raises:
+            NodeStepError: rclpy refused an override (status 2); also kept in
+                :attr:`declare_error` for a later :meth:`configure`.
+        """
+        try:
+            declare_table(self.node, PLANNER_PARAMS)
+        except ParamError as err:
+            self.declare_error = f"bad parameter: {err}"
+            raise NodeStepError(self.declare_error, EXIT_BAD_PARAMETER) from err
+        finally:
+            for name in unknown_overrides(self.node, PLANNER_PARAMS):
+                self.logger.warning(f"parameter {name!r} is not a parameter of "
+                                    f"{self.node.get_name()}; ignored (a typo?)")
+        self.node.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _on_set_parameters(self, params: list[Parameter[Any]]) -> SetParametersResult:
+        changes = {p.name: p.value for p in params if p.name in PLANNER_NAMES}
+        if not changes:
+            return SetParametersResult(successful=True)
+        try:
+            if self.values is None:
+                # Not configured: every parameter may change (configure reads them); the kind
+                # and range are checked now rather than at configure.
+                for name, value in changes.items():
+                    coerce(_BY_NAME[name], value)
+                return SetParametersResult(successful=True)
+            update = check_update(self.values, changes)
+        except ParamError as err:
+            self.logger.warning(f"parameter update rejected: {err}")
+            return SetParametersResult(successful=False, reason=str(err))
+        old_period = self.values["diagnostics_period_s"]
+        self.values, self.thresholds = update.values, update.diagnostics
+        if self.window is not None:
+            self.window.resize(update.diagnostics.diagnostics_window)
+        if update.diagnostics_period_s != old_period and self._diag_timer is not None:
+            self.stop_diagnostics()
+            self.start_diagnostics()
+        self.logger.info(f"parameters updated: {sorted(changes)}")
+        return SetParametersResult(successful=True)
+
+    # --- configure / unconfigure -------------------------------------------------------------
+    def configure(self, *, load_engine: bool = False) -> PlannerSettings:
+        """Read and validate the parameters; create the topics and the transport probe.
+
+        Args:
+            load_engine: also start the engine runner (the model loaded) now, to be shared by
+                every run :meth:`open_run` opens; else each run starts and stops its own.
+
+        Raises:
+            NodeStepError: a bad parameter (status 2) or an engine that cannot load (status 1);
+                nothing is left created.
+        """
+        if self.declare_error is not None:
+            raise NodeStepError(self.declare_error, EXIT_BAD_PARAMETER)
+        values = {s.name: self.node.get_parameter(s.name).value for s in PLANNER_PARAMS}
+        try:
+            settings = planner_settings(values)
+        except ParamError as err:
+            raise NodeStepError(f"bad parameter: {err}", EXIT_BAD_PARAMETER) from err
+        if load_engine:
+            try:
+                self.runner = make_runner(settings.run)
+            except RunError as err:
+                raise NodeStepError(str(err), EXIT_RUN_FAILED) from err
+        for note in settings.notes:
+            self.logger.info(note)
+        cfg = settings.run
+        self.settings, self.values = settings, dict(settings.values)
+        self.thresholds = settings.diagnostics
+        self.window = CycleWindow(settings.diagnostics.diagnostics_window)
+        self.tracker = DiagnosticsTracker(deadline_ms=cfg.planner.deadline_ms)
+        self._plan_pub = self._create_pub(String, PLAN_TOPIC, plan_qos(cfg.planner))
+        self._cycle_pub = self._create_pub(
+            String, CYCLE_TOPIC, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        self._subs = [
+            self.node.create_subscription(
+                String, COMMAND_TOPIC, self._on_command,
+                QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
+                           reliability=ReliabilityPolicy.RELIABLE)),
+            self.node.create_subscription(
+                String, STATE_TOPIC, self._on_state,
+                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))]
+        # The deadline is kept where the plan is received: the node measures its own transport
+        # (loopback pings at start-up, then its own plans) into the loop's margin, which
+        # outlives a run (the start-up loopback is measured once).
+        self.transport = TransportMargin(cfg.planner.margin_settings())
+        if self.transport.measured:
+            transport = self.transport
+            self.probe = TransportProbe(self.node, PLAN_TOPIC, lambda: transport)
+        return settings
+
+    def unconfigure(self) -> None:
+        """Stop the engine runner; remove the topics and the probe (back to declared only)."""
+        if self.runner is not None:
+            close_runner(self.runner)
+            self.runner = None
+        for pub in (self._plan_pub, self._cycle_pub):
+            if pub is not None:
+                self._destroy_pub(pub)
+        for sub in self._subs:
+            self.node.destroy_subscription(sub)
+        if self.probe is not None:
+            self.probe.destroy()
+        self._plan_pub = self._cycle_pub = self.probe = self.transport = None
+        self._subs = []
+        self.settings = self.values = self.thresholds = None
+
+    # --- the run -----------------------------------------------------------------------------
+    def open_run(self) -> PlannerDriver:
+        """Open the next run (its directory: see :func:`activation_log_dir`), not started yet.
+
+        Raises:
+            NodeStepError: the run cannot start (log directory, model, engine); status 1.
+        """
+        assert self.settings is not None, "configure() first"
+        n = self.runs + 1
+        cfg = self.settings.run
+        if n > 1:
+            cfg = with_log_dir(cfg, activation_log_dir(cfg.log_dir, n))
+        try:
+            driver = PlannerDriver(cfg, publish_plan=self._publish_plan,
+                                   on_record=self._on_record,
+                                   max_cycles=self.settings.max_cycles, runner=self.runner)
+        except RunError as err:
+            raise NodeStepError(str(err), EXIT_RUN_FAILED) from err
+        if self.transport is not None:
+            driver.loop.transport = self.transport
+        if self.state_text is not None:
+            driver.loop.set_state(self.state_text)
+        self.driver, self.runs = driver, n
+        return driver
+
+    def start_loop(self) -> None:
+        """Start the open run's loop thread and the diagnostics timer.
+
+        The loop's CPU budget is applied in its thread: a real-time priority this user may not
+        use is refused here, before any cycle runs; the run is then closed.
+
+        Raises:
+            NodeStepError: the loop cannot start (status 1).
+        """
+        assert self.driver is not None, "open_run() first"
+        try:
+            self.driver.start()
+        except RunError as err:
+            self.close_run()
+            raise NodeStepError(f"planner loop could not start: {err}", EXIT_RUN_FAILED) from err
+        self.start_diagnostics()
+
+    def close_run(self) -> dict[str, Any] | None:
+        """Stop the loop after its cycle, close the run (log flushed, summary.json written).
+
+        Returns:
+            The run's summary; None when no run was open.
+        """
+        self.stop_diagnostics()
+        driver, self.driver = self.driver, None
+        if driver is None:
+            return None
+        summary = driver.close()
+        self.summaries.append(summary)
+        self.logger.info(f"run closed: {summary.get('cycles')} cycles, "
+                         f"{summary.get('deadline_misses')} deadline misses, in "
+                         f"{driver.run.log_dir}")
+        return summary
+
+    # --- topics ------------------------------------------------------------------------------
+    def topics_line(self) -> str:
+        """Return where the node listens and publishes, names resolved (for a log line)."""
+        name = self.node.resolve_topic_name
+        return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), "
+                f"out {name(PLAN_TOPIC)}, {name(CYCLE_TOPIC)}")
+
+    def _on_command(self, msg: String) -> None:
+        # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
+        # as it is: the loop refuses it with a logged warning and answers with a fallback.
+        # A tagged command ({"command_id", "text"} JSON, from a client-edge replayer) keeps the
+        # sender's id, so the sender can match the plan to it.
+        driver = self.driver
+        if driver is None:  # a plan published now would go nowhere
+            self.logger.warning("command received while not active: dropped")
+            return
+        # A tagged command stamped on this boot's monotonic clock starts its deadline at its
+        # send, where the receiver counts it (robot_latency.ros.client_edge.read_command).
+        received = read_command(msg.data, clock_id=self._clock_id)
+        command = driver.submit(received.text, received.command_id, sent_ns=received.sent_ns)
+        self.logger.debug(f"command {command.command_id}: {len(received.text)} characters")
+
+    def _on_state(self, msg: String) -> None:
+        self.state_text = msg.data
+        driver = self.driver
+        if driver is not None:
+            driver.loop.set_state(msg.data)
+
+    def _publish_plan(self, envelope: dict[str, Any]) -> None:
+        if self.probe is not None:
+            self.probe.plan_published(envelope.get("cycle"))
+        self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
+
+    def _on_record(self, rec: CycleRecord) -> None:
+        if self.window is not None:
+            self.window.add(rec)
+        self._cycle_pub.publish(String(data=rec.to_json()))
+
+    # --- diagnostics -------------------------------------------------------------------------
+    def start_diagnostics(self) -> None:
+        """Publish health on /diagnostics every ``diagnostics_period_s`` (current value)."""
+        if self._diag_timer is None and self.values is not None:
+            self._diag_timer = self.node.create_timer(self.values["diagnostics_period_s"],
+                                                      self.publish_diagnostics)
+
+    def stop_diagnostics(self) -> None:
+        """Stop publishing health (no run open, or the period changes)."""
+        if self._diag_timer is not None:
+            self.node.destroy_timer(self._diag_timer)
+            self._diag_timer = None
+
+    def reports(self) -> list[StatusReport] | None:
+        """Return the current health reports; None while no run is open."""
+        driver, window, tracker = self.driver, self.window, self.tracker
+        if driver is None or window is None or tracker is None or self.thresholds is None:
+            return None
+        reports = tracker.evaluate(window.snapshot(), self.thresholds,
+                                   engine=driver.engine_state(),
+                                   mailbox=driver.loop.mailbox.counters())
+        reports[0].values["cycles_total"] = str(window.total)
+        return reports
+
+    def publish_diagnostics(self) -> None:
+        reports = self.reports()
+        if reports is not None:
+            self._diag_pub.publish(self._array(reports))
+
+    def report_error(self, name: str, message: str) -> None:
+        """Log ``message`` as an error and publish it as an ERROR status named ``name``."""
+        self.logger.error(message)
+        try:
+            self._diag_pub.publish(self._array([StatusReport(name, ERROR, message, {})]))
+        except Exception as err:  # best effort: the node may be about to exit anyway
+            self.logger.warning(f"could not publish the ERROR diagnostic: {err!r}")
+
+    def _array(self, reports: Sequence[StatusReport]) -> DiagnosticArray:
+        array = DiagnosticArray()
+        array.header.stamp = self.node.get_clock().now().to_msg()
+        hardware_id = self.settings.run.target_device if self.settings is not None else ""
+        for r in reports:
+            status = DiagnosticStatus(level=bytes([r.level]),
+                                      name=f"{self.node.get_name()}: {r.name}",
+                                      message=r.message, hardware_id=hardware_id)
+            status.values = [KeyValue(key=k, value=v) for k, v in r.values.items()]
+            array.status.append(status)
+        return array
+
+
+class CoreNode:
+    """What both planner node classes expose of their core (a mixin before the rclpy base)."""
+
+    core: PlannerCore
+
+    @property
+    def driver(self) -> PlannerDriver | None:
+        """The open run's driver; None while no run is open."""
+        return self.core.driver
+
+    @property
+    def settings(self) -> PlannerSettings | None:
+        """The settings built from the parameters; None until configured."""
+        return self.core.settings

@@ -1,0 +1,60 @@
+"""The planner's topic names, written once: both planner nodes, the transport probe and the bag
+replayer (the client edge) import them from here.
+
+Relative names (the root namespace makes them ``/planner/...``); a namespace
+(``-r __ns:=/robot1``) or a remap (``-r planner/command:=/operator/say``) moves them. Only
+``/diagnostics`` is absolute, as diagnostic aggregators expect. Pure Python (no rclpy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: in: one operator command per message (std_msgs/String; tagged JSON from a client edge).
+COMMAND_TOPIC = "planner/command"
+#: in: robot state text for planner profiles whose prompt has ``{state}``; the latest message
+#: is what the next cycles' prompts carry.
+STATE_TOPIC = "planner/state"
+#: out: the JSON plan envelope, one per cycle.
+PLAN_TOPIC = "planner/plan"
+#: out: the cycle's CycleRecord as JSON.
+CYCLE_TOPIC = "planner/cycle"
+#: out and in: the node's loopback pings at start-up (only while the transport margin is
+#: measured, ``transport_margin_ms < 0``).
+PROBE_TOPIC = "planner/latency_probe"
+#: in: a receiver acknowledges each plan by publishing its ``cycle`` (as text) here; the node
+#: takes the round trip into its transport margin (the client edge, ``bag_replayer``, does).
+ACK_TOPIC = "planner/plan_ack"
+#: out: health by thresholds (diagnostic_msgs/DiagnosticArray).
+DIAGNOSTICS_TOPIC = "/diagnostics"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One topic a planner node publishes or subscribes to, with its ROS message type."""
+
+    topic: str
+    type: str
+    direction: str  # "pub" or "sub"
+
+
+_STRING, _DIAG = "std_msgs/msg/String", "diagnostic_msgs/msg/DiagnosticArray"
+
+#: What a running planner node (plain or managed, active) publishes and subscribes to, besides
+#: rclpy's own (/rosout, /parameter_events) and the lifecycle node's transition events.
+PLANNER_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(COMMAND_TOPIC, _STRING, "sub"),
+    Endpoint(STATE_TOPIC, _STRING, "sub"),
+    Endpoint(PLAN_TOPIC, _STRING, "pub"),
+    Endpoint(CYCLE_TOPIC, _STRING, "pub"),
+    Endpoint(DIAGNOSTICS_TOPIC, _DIAG, "pub"),
+)
+
+#: Added while the transport margin is measured: the loopback pings, and the node's own plans
+#: received back (the plan topic subscribed to).
+PROBE_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(PROBE_TOPIC, _STRING, "pub"),
+    Endpoint(PROBE_TOPIC, _STRING, "sub"),
+    Endpoint(PLAN_TOPIC, _STRING, "sub"),
+    Endpoint(ACK_TOPIC, _STRING, "sub"),
+)

@@ -135,8 +135,9 @@ def bench_abort(args: argparse.Namespace) -> dict[str, Any]:
         e.close()
     return {"prefill_ms": prefill_full[0], "prompt_tokens": full.prompt_tokens,
             "chunk_tokens": args.chunk or args.n_ctx,
-            "abort_latency_p50_ms": statistics.median(latencies),
-            "abort_latency_max_ms": max(latencies), "n": len(latencies),
+            # None when no abort landed inside a prefill (a tiny model's prefill can end first)
+            "abort_latency_p50_ms": statistics.median(latencies) if latencies else None,
+            "abort_latency_max_ms": max(latencies) if latencies else None, "n": len(latencies),
             "trials": args.trials}
 
 

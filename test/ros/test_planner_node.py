@@ -179,7 +179,9 @@ def _command_ids(probe: Probe) -> set[str | None]:
 def test_one_plan_per_cycle_with_the_envelope(probe: Probe) -> None:
     seen = _command_ids(probe)
     probe.send("go to the kitchen")
-    rec = wait_for(lambda: _new_record(probe, seen, plan_source="model"), 10,
+    # 60 s: a hang guard. On a loaded machine the measured transport margin can sit at its cap
+    # (a quarter of the 80 ms deadline) for a while, and the model's cycles fall back meanwhile.
+    rec = wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60,
                    "a model plan for the command")
     wait_for(lambda: sum(p["cycle"] > rec["cycle"] for p in probe.snapshot("plans")) >= 3, 10,
              "three more plans")
@@ -241,7 +243,7 @@ def test_bad_commands_get_fallbacks_and_the_node_lives_on(probe: Probe,
         assert rec["engine_error"]
     seen = _command_ids(probe)
     probe.send("go to the kitchen")
-    wait_for(lambda: _new_record(probe, seen, plan_source="model"), 10, "a model plan after")
+    wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60, "a model plan after")
     assert planner.driver is not None and planner.driver.error is None
 
 

@@ -111,7 +111,10 @@ def test_planner_launch_plans_and_shuts_down_cleanly(install_env: dict[str, str]
 def test_replay_launch_plans_the_bag_and_ends_by_itself(install_env: dict[str, str],
                                                         version: str, tmp_path: Path) -> None:
     texts = ["go to the kitchen", "stop", "go to the door"]
-    bag = write_bag(tmp_path / "bag", [Command(i * 300_000_000, t, f"s:{i}")
+    # 1.5 s apart: the probe's plan subscription is matched by DDS discovery on its own; on a
+    # loaded machine that can take longer than a short replay (periodic mode re-plans the
+    # newest command every tick, so the probe hears plans as soon as it is matched).
+    bag = write_bag(tmp_path / "bag", [Command(i * 1_500_000_000, t, f"s:{i}")
                                        for i, t in enumerate(texts)])
     log_dir = tmp_path / "run"
     params = (Path(install_env["_WS"]) / "install" / "robot_latency" / "share" / "robot_latency"

@@ -4,7 +4,11 @@
 127.0.0.1 at a free port, started and waited for, and always ended (a context manager). It runs
 one generation at a time (docs/REFERENCE.md, "Offboard serving and fleets"), so it is started with
 ``--interrupt_requests false``: its default ends the stream in progress whenever another request
-arrives, which would cut one robot's plan short for another's.
+arrives, which would cut one robot's plan short for another's. And with ``--logits_all false``:
+its default keeps the logits of every prompt token (for ``logprobs``), which computes the output
+layer over the whole vocabulary for each of them; on the inflated 0.5B planner that made the
+server's prompt evaluation 1.5-2x slower than the same model's in-process (docs/BENCHMARKS.md,
+"Offboard").
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ class LocalServer:
         """The server's command line."""
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path),
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-               "--interrupt_requests", "false", "--verbose", "true"]
+               "--interrupt_requests", "false", "--logits_all", "false", "--verbose", "true"]
         if self.n_threads:
             cmd += ["--n_threads", str(self.n_threads), "--n_threads_batch",
                     str(self.n_threads)]

@@ -234,3 +234,18 @@ def test_a_server_that_comes_up_later_is_learnt_then(tmp_path: Any, engine_for: 
     # Model and kind learnt from the server once it answered: the grammar went with the request.
     assert engine.kind == "llamacpp" and engine.model
     assert trace.server is not None and trace.server["kind"] == "llamacpp"
+
+
+def test_the_local_server_keeps_only_the_last_tokens_logits(llama_server: Any) -> None:
+    """Started with ``--logits_all false``: llama-cpp-python's default computes the output layer
+    for every prompt token (a slower prompt evaluation than in-process); a server started that
+    way refuses ``logprobs``, which needs them."""
+    import httpx
+
+    body = {"prompt": "pick up the red cup", "max_tokens": 2, "logprobs": 1}
+    answer = httpx.post(llama_server.url + "/completions", json=body, timeout=60.0)
+    assert answer.status_code >= 400, answer.text[:200]
+    assert "logits_all" in answer.text
+    plain = httpx.post(llama_server.url + "/completions",
+                       json={"prompt": "pick up the red cup", "max_tokens": 2}, timeout=60.0)
+    assert plain.status_code == 200, plain.text[:200]

@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import gc
 import itertools
+import multiprocessing
 import os
 import statistics
 import tempfile
@@ -137,39 +138,79 @@ def cmd_fleet(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- hedge -------------------------------------------------------------------------------------
+def _load_robot(url: str, i: int, period_s: float, stop: Any, done: Any, busy_s: Any) -> None:
+    planning = load_planning(None)
+    engine = create_engine("openai", server_url=url)
+    try:
+        k = i
+        while not stop.is_set():
+            start = time.monotonic()
+            _measure(engine, planning, [COMMANDS[k % len(COMMANDS)]])
+            took = time.monotonic() - start
+            with done.get_lock():
+                done.value += 1
+                busy_s.value += took
+            k += 1
+            stop.wait(max(0.0, period_s - took))
+    finally:
+        engine.close()
+
+
+def _load_main(url: str, n: int, period_s: float, cpus: frozenset[int] | None, stop: Any,
+               done: Any, busy_s: Any) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    threads = [threading.Thread(target=_load_robot, args=(url, i, period_s, stop, done, busy_s),
+                                daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 class FleetLoad:
-    """``n`` robots asking the server one plan each per ``period_ms`` until stopped."""
+    """``n`` robots asking the server one plan each per ``period_ms`` until stopped.
 
-    def __init__(self, url: str, n: int, period_ms: float) -> None:
-        self.url, self.n, self.period_s = url, n, period_ms / 1000
-        self.stop = threading.Event()
-        self.requests = 0
-        self.threads = [threading.Thread(target=self._robot, args=(i,), daemon=True)
-                        for i in range(n)]
+    They run in a process of their own (on ``cpus``), so their client threads never share the
+    measured planner's interpreter: the load is the server's, not the robot's.
+    """
 
-    def _robot(self, i: int) -> None:
-        planning = load_planning(None)
-        engine = create_engine("openai", server_url=self.url)
-        try:
-            k = i
-            while not self.stop.is_set():
-                start = time.monotonic()
-                _measure(engine, planning, [COMMANDS[k % len(COMMANDS)]])
-                self.requests += 1
-                k += 1
-                self.stop.wait(max(0.0, self.period_s - (time.monotonic() - start)))
-        finally:
-            engine.close()
+    def __init__(self, url: str, n: int, period_ms: float,
+                 cpus: frozenset[int] | None = None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.stop = ctx.Event()
+        self._done = ctx.Value("l", 0)
+        self._busy_s = ctx.Value("d", 0.0, lock=False)
+        self.proc = ctx.Process(target=_load_main, daemon=True,
+                                args=(url, n, period_ms / 1000, cpus, self.stop, self._done,
+                                      self._busy_s))
+        self.started = 0.0
+        self.wall_s = 0.0
+
+    @property
+    def requests(self) -> int:
+        return int(self._done.value)
+
+    def summary(self) -> dict[str, Any]:
+        """Requests answered, their mean time at the client, and the server's share of time
+        spent on them (a saturated server reads near or above 1)."""
+        n = self.requests
+        busy = float(self._busy_s.value)
+        return {"requests": n, "mean_request_ms": busy / n * 1e3 if n else None,
+                "wall_s": self.wall_s,
+                "server_busy_fraction": busy / self.wall_s if self.wall_s else None}
 
     def __enter__(self) -> FleetLoad:
-        for t in self.threads:
-            t.start()
+        self.proc.start()
+        self.started = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.monotonic() - self.started
         self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
+        self.proc.join(timeout=60)
+        if self.proc.is_alive():
+            self.proc.kill()
 
 
 def _in_time(run_dir: Path) -> dict[str, Any]:
@@ -192,10 +233,20 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     stream = _stream(args)
     planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
     configs = ("onboard", "offboard", "hybrid")
+    # The server stands for another machine: it and its load get the last core, the robot (the
+    # loop and its onboard worker, which inherits this process's cores) the others. On one shared
+    # pool the server's work would slow the onboard engine in the hybrid runs only.
+    have = sorted(os.sched_getaffinity(0))
+    server_cpus = robot_cpus = None
+    if args.split_cores and len(have) >= 2:
+        server_cpus, robot_cpus = frozenset(have[-1:]), frozenset(have[:-1])
+        os.sched_setaffinity(0, robot_cpus)
     engine_of = {"onboard": "llamacpp", "offboard": "openai", "hybrid": "hybrid"}
     reps: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp, _server(args, Path(tmp)) as server, \
-            FleetLoad(server.url, args.load, args.period_ms) as load:
+    server = LocalServer(args.model_path, n_threads=args.threads, cpus=server_cpus)
+    with tempfile.TemporaryDirectory() as tmp, server, \
+            FleetLoad(server.url, args.load, args.load_period_ms or args.period_ms,
+                      cpus=server_cpus) as load:
         for rep in range(args.repeats):
             row: dict[str, Any] = {}
             order = configs[rep % 3:] + configs[: rep % 3]  # interleaved, rotating
@@ -208,7 +259,7 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
                 run_replay(run, stream)
                 row[name] = _in_time(run_dir)
             reps.append(row)
-        load_requests = load.requests
+    load_summary = load.summary()
 
     def med(name: str) -> float | None:
         vals = [r[name]["model_plan_in_time_rate"] for r in reps
@@ -218,7 +269,10 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     best_alone = max((rates["onboard"] or 0.0), (rates["offboard"] or 0.0))
     late = sum(r["hybrid"]["late"] for r in reps)
     return {"benchmark": "offboard hedge", "model": str(args.model_path),
-            "threads": args.threads, "load_robots": args.load, "load_requests": load_requests,
+            "threads": args.threads, "load_robots": args.load,
+            "load_period_ms": args.load_period_ms or args.period_ms, "load": load_summary,
+            "server_cpus": sorted(server_cpus) if server_cpus else None,
+            "robot_cpus": sorted(robot_cpus) if robot_cpus else None,
             "deadline_ms": args.deadline_ms, "period_ms": args.period_ms,
             "repeats": reps, "model_plan_in_time_rate_median": rates,
             "hybrid_late_cycles": late,
@@ -306,6 +360,11 @@ def main() -> int:
             p.add_argument("--runs-dir", default=None, help="keep the run directories here")
         if name == "hedge":
             p.add_argument("--load", type=int, default=4, help="robots loading the server")
+            p.add_argument("--load-period-ms", type=float, default=0.0,
+                           help="each loading robot asks once per this (0: --period-ms)")
+            p.add_argument("--no-split-cores", dest="split_cores", action="store_false",
+                           help="run the server on the same cores as the robot (default: the "
+                                "server and its load on the last core, the robot on the rest)")
             p.add_argument("--repeats", type=int, default=3)
         if name == "leak":
             p.add_argument("--cycles", type=int, default=1000)

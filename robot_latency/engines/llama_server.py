@@ -51,17 +51,21 @@ class LocalServer:
             run; read it with :meth:`log_text`).
         ready_timeout_s: how long it may take to load and answer ``GET /v1/models``.
         extra_args: further command-line arguments.
+        cpus: the cores the server may run on (None: any); a benchmark gives the server cores of
+            its own, as if it were another machine.
     """
 
     def __init__(self, model_path: str | Path, *, port: int = 0, n_ctx: int = 1024,
                  n_threads: int = 0, log_path: str | Path | None = None,
-                 ready_timeout_s: float = 120.0, extra_args: tuple[str, ...] = ()) -> None:
+                 ready_timeout_s: float = 120.0, extra_args: tuple[str, ...] = (),
+                 cpus: frozenset[int] | None = None) -> None:
         self.model_path = Path(model_path)
         self.port = port or free_port()
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.ready_timeout_s = ready_timeout_s
         self.extra_args = tuple(extra_args)
+        self.cpus = cpus
         self.log_path = Path(log_path) if log_path else None
         self._log: IO[Any] | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,8 +103,12 @@ class LocalServer:
             os.close(fd)
             self.log_path = Path(name)
         self._log = open(self.log_path, "ab")
+        cpus = self.cpus
+        # Set before exec, so every thread the server starts inherits it.
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=pin)
         self.starts += 1
         end = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < end:

@@ -29,10 +29,13 @@ def _bench(tmp_path: Path, *argv: str) -> dict:
 
 def test_http_cost_smoke(tmp_path: Path) -> None:
     doc = _bench(tmp_path, "http_cost", "--repeats", "2", "--commands", "2")
-    assert len(doc["repeats"]) == 2
-    for rep in doc["repeats"]:
-        assert rep["server"]["ttft_n"] == rep["inprocess"]["ttft_n"] == 2
-    assert doc["itl_p50_ratio_median"] > 0 and "ttft_p50_diff_ms_median" in doc
+    for pair in ("without_grammar", "with_grammar"):
+        assert len(doc[pair]["repeats"]) == 2
+        for rep in doc[pair]["repeats"]:
+            assert rep["server"]["ttft_n"] == rep["inprocess"]["ttft_n"] == 2
+        assert doc[pair]["itl_p50_ratio_median"] > 0
+        assert "ttft_p50_diff_ms_median" in doc[pair]
+    assert doc["targets"]["measured_on"] == "without_grammar"
 
 
 def test_fleet_smoke(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Plans and planner profiles: what the model is asked, and what counts as its answer.
 
 - :mod:`~robot_latency.plan.actions`: the bundled planner's action language (tokens, parser, GBNF,
-  the expanded JSON plan).
+  the expanded JSON plan); its vocabulary is :mod:`~robot_latency.plan.vocabulary`, its JSON
+  Schema and GBNF grammar :mod:`~robot_latency.plan.action_schema`.
 - :mod:`~robot_latency.plan.normalize`: normalization of the operator's text.
 - :mod:`~robot_latency.plan.chat`: chat formats (llama.cpp's built-in named templates, no Jinja).
 - :mod:`~robot_latency.plan.contract`: output contracts (action tokens, or JSON under a schema).

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Reads a file's integer content, None where it is gone or garbage (the reader logs it once).
-ReadInt = Callable[[str], "int | None"]
+ReadInt = Callable[[str], int | None]
 
 # Devfreq node names end in the GPU's device-tree name: ga10b (Orin, JetPack 5), gpu (JetPack 6),
 # gv11b (Xavier), gp10b (TX2). jetson_stats' find_igpu() accepts the same four.
@@ -63,6 +63,8 @@ _INDEX_RE = re.compile(r"(\d+)$")
 
 @dataclass(frozen=True)
 class Gpu:
+    """The GPU devfreq node's files (paths) and its hardware maximum."""
+
     cur_freq: str
     max_freq: str
     load: str | None
@@ -71,6 +73,8 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Zone:
+    """A thermal zone: its name, temperature file and lowest passive trip point."""
+
     name: str
     temp: str
     passive_trip_c: float | None  # lowest passive trip, read once
@@ -78,6 +82,8 @@ class Zone:
 
 @dataclass(frozen=True)
 class Cooling:
+    """A cooling device other than a fan: its type, state file and highest state."""
+
     type: str
     cur_state: str
     max_state: int | None
@@ -85,6 +91,8 @@ class Cooling:
 
 @dataclass(frozen=True)
 class Rail:
+    """An INA3221 rail: its label and its voltage and current files."""
+
     name: str
     millivolts: str
     milliamps: str
@@ -92,6 +100,8 @@ class Rail:
 
 @dataclass(frozen=True)
 class OcEvent:
+    """A ``soctherm_oc`` over-current event counter file."""
+
     name: str  # "oc1"
     event_cnt: str
 

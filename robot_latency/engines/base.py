@@ -242,7 +242,9 @@ class ClosesOnExit:
 
 EngineFactory = Callable[..., Engine]
 
-#: Engines by name; each module registers its factory on import.
+#: Engines by name; each module registers its factory on import. The package's ``__init__``
+#: imports every engine module, and Python runs it before this submodule can be imported, so the
+#: table is full wherever ``create_engine`` is called from.
 ENGINES: dict[str, EngineFactory] = {}
 
 
@@ -260,8 +262,6 @@ def create_engine(name: str, **options: Any) -> Engine:
     Raises:
         UnknownEngineError: no engine of that name; the message lists the known ones.
     """
-    from robot_latency import engines as _engines  # noqa: F401  (imports register the engines)
-
     try:
         factory = ENGINES[name]
     except KeyError:

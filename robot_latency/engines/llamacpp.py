@@ -59,6 +59,21 @@ def resolve_model_path(model_path: str) -> Path:
         raise EngineError(f"llamacpp: no model_path given and {err}") from err
 
 
+def verify_batch_tokens(config: LlamaCppConfig) -> int:
+    """Return llama.cpp's ``n_batch`` for ``config``: the most tokens one decode call takes.
+
+    The prefill goes in ``chunk_tokens`` chunks (also ``n_ubatch``, so a chunk is one pass with
+    a deadline check between passes). Speculative decoding verifies the pending token and up to
+    ``draft_k`` drafts in one call, so with drafting on, ``n_batch`` is at least ``draft_k + 1``:
+    a verify batch longer than the Llama's ``llama_batch`` (``n_batch`` tokens) was written past
+    its arrays ("NULL pointer access" at its ``seq_id`` sentinel) whenever ``chunk_tokens`` was
+    smaller than a round's batch.
+    """
+    if not config.draft:
+        return config.chunk_tokens
+    return max(config.chunk_tokens, config.draft_k + 1)
+
+
 class LlamaCppEngine(ClosesOnExit):
     """A batch-1 llama.cpp engine with per-token timing, prefix reuse, chunked prefill, abort
     and grammar-constrained greedy decoding (see the module docstring)."""
@@ -90,7 +105,7 @@ class LlamaCppEngine(ClosesOnExit):
             self.llm = llama_cpp.Llama(
                 model_path=str(path), n_ctx=config.n_ctx, n_threads=config.n_threads,
                 n_threads_batch=config.n_threads_batch or config.n_threads,
-                n_batch=config.chunk_tokens, n_ubatch=config.chunk_tokens,
+                n_batch=verify_batch_tokens(config), n_ubatch=config.chunk_tokens,
                 n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, type_k=kv,
                 type_v=kv, seed=config.seed, verbose=False, logits_all=False)
         except (ValueError, RuntimeError, OSError) as err:
@@ -282,8 +297,16 @@ class LlamaCppEngine(ClosesOnExit):
         return bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     def _eval_verify(self, batch: list[int]) -> None:
-        """Evaluate ``batch`` with logits at every position (for verification)."""
+        """Evaluate ``batch`` with logits at every position (for verification).
+
+        The batch goes through the Llama's own ``llama_batch``, which holds ``n_batch`` tokens
+        (:func:`verify_batch_tokens` sizes it for ``draft_k + 1``): a longer one would be written
+        past its arrays.
+        """
         llm = self.llm
+        if len(batch) > llm.n_batch:
+            raise EngineError(f"llamacpp: a verify batch of {len(batch)} tokens exceeds the "
+                              f"batch of {llm.n_batch} tokens")
         n_past = llm.n_tokens
         llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
         llm._batch.set_batch(batch=batch, n_past=n_past, logits_all=True)

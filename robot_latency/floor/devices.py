@@ -3,13 +3,15 @@
 A profile carries the two numbers the floor model needs (memory read bandwidth and dense FP16
 peak) plus enough provenance to re-check them. Built-in figures are those of docs/REFERENCE.md,
 "Jetson modules and comparison devices". ``get_device`` also resolves "host" (the probe in
-:mod:`robot_latency.floor.probe`) and "auto" (detection in :mod:`robot_latency.floor.jetson`).
+:mod:`robot_latency.floor.probe`) and "auto" (detection in :mod:`robot_latency.floor.jetson`)
+through the resolvers :mod:`robot_latency.floor.device_lookup` registers: the probe and the
+detector read this table, so the table imports neither of them.
 """
 
 from __future__ import annotations
 
-import logging
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +22,12 @@ __all__ = [
     "AUTO_ID",
     "DEVICES",
     "HOST_ID",
+    "DeviceResolver",
     "HardwareProfile",
     "get_device",
     "list_devices",
+    "register_resolver",
 ]
-
-logger = logging.getLogger(__name__)
 
 HOST_ID = "host"
 AUTO_ID = "auto"
@@ -349,38 +351,40 @@ def list_devices() -> list[HardwareProfile]:
     return list(DEVICES.values())
 
 
+#: Resolves an id that is not a row of the table: (cache_path, sysfs_root) -> its profile.
+DeviceResolver = Callable[[Path | None, Path], HardwareProfile]
+
+#: The resolvers of "host" and "auto", by id; filled by robot_latency.floor.device_lookup, which
+#: the floor package imports first, so every caller of get_device finds them.
+_RESOLVERS: dict[str, DeviceResolver] = {}
+
+
+def register_resolver(device_id: str, resolver: DeviceResolver) -> None:
+    """Make ``get_device(device_id)`` call ``resolver`` (for ids that are not rows of the table).
+
+    Raises:
+        ValueError: ``device_id`` is a row of the table.
+    """
+    key = device_id.strip().lower()
+    if key in DEVICES:
+        raise ValueError(f"device id {device_id!r} is a row of the table, not a resolver's id")
+    _RESOLVERS[key] = resolver
+
+
 def get_device(
     device_id: str, *, cache_path: Path | None = None, sysfs_root: Path = Path("/")
 ) -> HardwareProfile:
     """Return the profile for a device id, "host" (probed and cached) or "auto" (detected).
 
     "auto" picks the detected Jetson's profile, power mode considered, and falls back to the
-    host probe anywhere else. An unknown id raises UnknownDeviceError listing the valid ids.
+    host probe anywhere else (:mod:`robot_latency.floor.device_lookup`). An unknown id raises
+    UnknownDeviceError listing the valid ids.
     """
-    # The probe and the detector both read this table, so they are imported here, on use.
-    from robot_latency.floor.jetson import detect_jetson
-    from robot_latency.floor.probe import load_or_probe_host
-
     key = device_id.strip().lower()
     if key in DEVICES:
         return DEVICES[key]
-    if key == HOST_ID:
-        return load_or_probe_host(cache_path)
-    if key == AUTO_ID:
-        info = detect_jetson(sysfs_root)
-        if info is not None and info.profile_id is not None:
-            logger.info(
-                "detected %s (module %s, power mode %s): using profile %s",
-                info.model_string,
-                info.module,
-                info.power_mode,
-                info.profile_id,
-            )
-            return DEVICES[info.profile_id]
-        if info is not None:
-            logger.warning(
-                "Jetson %r has no built-in profile; probing it as a host", info.model_string
-            )
-        return load_or_probe_host(cache_path)
-    valid = ", ".join([AUTO_ID, HOST_ID, *DEVICES])
+    resolver = _RESOLVERS.get(key)
+    if resolver is not None:
+        return resolver(cache_path, sysfs_root)
+    valid = ", ".join([*sorted(_RESOLVERS), *DEVICES])
     raise UnknownDeviceError(f"unknown device id {device_id!r}; valid ids: {valid}")

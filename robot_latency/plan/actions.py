@@ -30,6 +30,9 @@ The planner expands a parsed sequence into the JSON plan whose schema ships as
 ``target``/``target_kind``/``color`` are ``null`` where the action takes none. The GBNF grammar
 over the token text (``robot_latency/data/plan_actions.gbnf``) is generated from the same lists
 (:func:`actions_gbnf`), so the vocabulary, the parser and the grammar cannot drift apart.
+
+The vocabulary lives in :mod:`robot_latency.plan.vocabulary`, the schema and grammar in
+:mod:`robot_latency.plan.action_schema`; this module re-exports their names.
 """
 
 from __future__ import annotations
@@ -40,12 +43,39 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.plan.action_schema import (
+    INSTRUCT_MAX_STEPS,
+    actions_gbnf,
+    instruct_plan_schema,
+    plan_json_schema,
+    render_plan_files,
+    write_plan_files,
+)
+from robot_latency.plan.vocabulary import (
+    ACTION_TOKENS,
+    ACTIONS,
+    COLORS,
+    END_TOKEN,
+    LOCATION_ACTIONS,
+    LOCATIONS,
+    NO_SPEED_ACTIONS,
+    OBJECT_ACTIONS,
+    OBJECTS,
+    PLAN_TOKEN,
+    SPEED_VALUES,
+    SPEEDS,
+    action_token,
+    color_token,
+    location_token,
+    object_token,
+)
 
 __all__ = [
     "ACTIONS",
     "ACTION_TOKENS",
     "COLORS",
     "END_TOKEN",
+    "INSTRUCT_MAX_STEPS",
     "LOCATIONS",
     "LOCATION_ACTIONS",
     "NO_SPEED_ACTIONS",
@@ -53,11 +83,13 @@ __all__ = [
     "OBJECT_ACTIONS",
     "PLAN_TOKEN",
     "SPEEDS",
+    "SPEED_VALUES",
     "STOP_STEP_PLAN",
     "PlanParseError",
     "Step",
     "actions_gbnf",
     "expand_to_plan",
+    "instruct_plan_schema",
     "parse_actions",
     "plan_json_schema",
     "render_plan_files",
@@ -65,53 +97,6 @@ __all__ = [
     "validate_plan",
     "write_plan_files",
 ]
-
-ACTIONS: tuple[str, ...] = ("pick", "find", "place", "goto", "give", "stop", "wait")
-OBJECT_ACTIONS: frozenset[str] = frozenset({"pick", "find"})
-LOCATION_ACTIONS: frozenset[str] = frozenset({"place", "goto"})
-NO_SPEED_ACTIONS: frozenset[str] = frozenset({"stop", "wait"})
-
-COLORS: tuple[str, ...] = ("red", "blue", "green", "yellow", "black", "white", "orange", "purple")
-OBJECTS: tuple[str, ...] = (
-    "cup", "bottle", "box", "ball", "book", "can", "mug", "plate", "bowl", "apple", "sponge",
-    "towel", "phone", "remote",
-)  # fmt: skip
-LOCATIONS: tuple[str, ...] = (
-    "kitchen", "table", "tray", "shelf", "charging_dock", "door", "bin", "sink", "counter",
-    "desk", "workbench", "living_room", "garage", "hallway", "operator",
-)  # fmt: skip
-# Explicit speed tokens; "normal" is the absence of one.
-SPEEDS: tuple[str, ...] = ("slow", "fast")
-SPEED_VALUES: tuple[str, ...] = ("slow", "normal", "fast")
-
-PLAN_TOKEN = "<plan>"  # separates the command from the plan in the prompt
-END_TOKEN = "<end>"  # ends the plan; the GGUF's EOS token
-
-
-def _action_token(name: str) -> str:
-    return f"<{name}>"
-
-
-def _color_token(name: str) -> str:
-    return f"<col:{name}>"
-
-
-def _object_token(name: str) -> str:
-    return f"<obj:{name}>"
-
-
-def _location_token(name: str) -> str:
-    return f"<loc:{name}>"
-
-
-ACTION_TOKENS: tuple[str, ...] = (
-    tuple(_action_token(a) for a in ACTIONS)
-    + tuple(_color_token(c) for c in COLORS)
-    + tuple(_object_token(o) for o in OBJECTS)
-    + tuple(_location_token(loc) for loc in LOCATIONS)
-    + tuple(_action_token(s) for s in SPEEDS)
-)
-"""Every token the model may emit before ``<end>``, in vocabulary order."""
 
 _TOKEN_RE = re.compile(r"<[^<>\s]+>")
 
@@ -162,15 +147,15 @@ def steps_to_tokens(steps: list[Step] | tuple[Step, ...], *, end: bool = True) -
     out: list[str] = []
     for step in steps:
         _check_step(step)
-        out.append(_action_token(step.action))
+        out.append(action_token(step.action))
         if step.color is not None:
-            out.append(_color_token(step.color))
+            out.append(color_token(step.color))
         if step.action in OBJECT_ACTIONS:
-            out.append(_object_token(str(step.target)))
+            out.append(object_token(str(step.target)))
         elif step.action in LOCATION_ACTIONS:
-            out.append(_location_token(str(step.target)))
+            out.append(location_token(str(step.target)))
         if step.speed != "normal":
-            out.append(_action_token(step.speed))
+            out.append(action_token(step.speed))
     if end:
         out.append(END_TOKEN)
     return out
@@ -321,156 +306,6 @@ def validate_plan(plan: Any) -> list[Step]:
             raise PlanParseError(f"step {n}: target_kind must be {step.target_kind!r}")
         steps.append(step)
     return steps
-
-
-def plan_json_schema() -> dict[str, Any]:
-    """Return the JSON Schema (draft 2020-12) of the expanded plan.
-
-    Returns:
-        The schema as a dict; ``robot_latency/data/plan.schema.json`` is this, serialised.
-    """
-
-    def variant(actions: list[str], target: Any, kind: Any, color: Any, speed: Any) -> dict:
-        # Each variant is a whole object (type, required, no extra keys), so a grammar derived
-        # from the schema (llama-cpp-python's json_schema_to_gbnf) enforces every key too.
-        return {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["action", "target", "target_kind", "color", "speed"],
-            "properties": {
-                "action": {"enum": actions},
-                "target": target,
-                "target_kind": kind,
-                "color": color,
-                "speed": speed,
-            }
-        }
-
-    null = {"type": "null"}
-    any_speed = {"enum": list(SPEED_VALUES)}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://robot-latency.invalid/plan.schema.json",
-        "title": "robot_latency plan",
-        "description": "A planner's plan, expanded from its action tokens.",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["steps"],
-        "properties": {
-            "steps": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["action", "target", "target_kind", "color", "speed"],
-                    "properties": {
-                        "action": {"enum": list(ACTIONS)},
-                        "target": {"type": ["string", "null"]},
-                        "target_kind": {"enum": ["object", "location", None]},
-                        "color": {"enum": [*COLORS, None]},
-                        "speed": any_speed,
-                    },
-                    "oneOf": [
-                        variant(
-                            sorted(OBJECT_ACTIONS),
-                            {"enum": list(OBJECTS)},
-                            {"const": "object"},
-                            {"enum": [*COLORS, None]},
-                            any_speed,
-                        ),
-                        variant(
-                            sorted(LOCATION_ACTIONS),
-                            {"enum": list(LOCATIONS)},
-                            {"const": "location"},
-                            null,
-                            any_speed,
-                        ),
-                        variant(["give"], null, null, null, any_speed),
-                        variant(sorted(NO_SPEED_ACTIONS), null, null, null, {"const": "normal"}),
-                    ],
-                },
-            }
-        },
-    }
-
-
-def actions_gbnf() -> str:
-    """Return the GBNF grammar of the action-token text (without ``<end>``).
-
-    ``<end>`` is the model's EOS token: llama.cpp's grammar sampler allows EOS once the grammar is
-    complete, so the grammar itself stops after the last step.
-
-    Returns:
-        GBNF text that ``llama_cpp.LlamaGrammar.from_string`` accepts.
-    """
-
-    def alt(tokens: list[str]) -> str:
-        return " | ".join(f'"{t}"' for t in tokens)
-
-    lines = [
-        "# Generated by robot_latency.plan.actions.actions_gbnf(); do not edit by hand.",
-        "root   ::= step+",
-        "step   ::= objact color? object speed? | locact location speed? | give speed? | halt",
-        f"objact ::= {alt([_action_token(a) for a in ACTIONS if a in OBJECT_ACTIONS])}",
-        f"locact ::= {alt([_action_token(a) for a in ACTIONS if a in LOCATION_ACTIONS])}",
-        f'give   ::= "{_action_token("give")}"',
-        f"halt   ::= {alt([_action_token(a) for a in ACTIONS if a in NO_SPEED_ACTIONS])}",
-        f"color  ::= {alt([_color_token(c) for c in COLORS])}",
-        f"object ::= {alt([_object_token(o) for o in OBJECTS])}",
-        f"location ::= {alt([_location_token(loc) for loc in LOCATIONS])}",
-        f"speed  ::= {alt([_action_token(s) for s in SPEEDS])}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-#: Most steps the instruct-json profile's schema allows: a bound on the JSON a model may write.
-INSTRUCT_MAX_STEPS = 3
-
-
-def instruct_plan_schema() -> dict[str, Any]:
-    """Return the schema of the ``instruct-json`` profile: the expanded plan, at most
-    :data:`INSTRUCT_MAX_STEPS` steps (so constrained decoding ends within its token budget)."""
-    schema = plan_json_schema()
-    schema["$id"] = "https://robot-latency.invalid/robot_plan.schema.json"
-    schema["title"] = "robot_latency plan (instruct-json profile)"
-    schema["description"] = ("A plan in the robot's action vocabulary, written as JSON by an "
-                             f"instruction-tuned model; at most {INSTRUCT_MAX_STEPS} steps.")
-    schema["properties"]["steps"]["maxItems"] = INSTRUCT_MAX_STEPS
-    return schema
-
-
-def render_plan_files() -> dict[str, str]:
-    """Return the shipped plan files' contents, generated from the vocabulary lists.
-
-    Returns:
-        ``{"plan.schema.json": ..., "plan_actions.gbnf": ...,
-        "profiles/robot_plan.schema.json": ...}``.
-    """
-    import json
-
-    return {
-        "plan.schema.json": json.dumps(plan_json_schema(), indent=2) + "\n",
-        "plan_actions.gbnf": actions_gbnf(),
-        "profiles/robot_plan.schema.json": json.dumps(instruct_plan_schema(), indent=2) + "\n",
-    }
-
-
-def write_plan_files(data_dir: str | Path) -> list[Path]:
-    """Write ``plan.schema.json`` and ``plan_actions.gbnf`` into a directory.
-
-    Args:
-        data_dir: usually ``robot_latency/data``.
-
-    Returns:
-        The paths written.
-    """
-    out = []
-    for name, text in render_plan_files().items():
-        path = Path(data_dir) / name
-        path.write_text(text)
-        out.append(path)
-    return out
 
 
 if __name__ == "__main__":

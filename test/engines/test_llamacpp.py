@@ -17,6 +17,7 @@ import llama_cpp
 import pytest
 
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
+from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.tokenizer import format_prompt
 from robot_latency.plan.actions import actions_gbnf, parse_actions
 from robot_latency.planner.config import PlannerConfig
@@ -154,6 +155,27 @@ def test_speculative_output_identical_to_target(engine, model: Path, tmp_path: P
                 assert len(got.token_ns) == len(got.tokens)
     finally:
         spec.close()
+
+
+@pytest.mark.parametrize("grammar", [None, actions_gbnf()], ids=["no_grammar", "grammar"])
+def test_prompt_lookup_verifies_more_tokens_than_a_prefill_chunk(grammar: str | None) -> None:
+    """A verify round (the pending token and its drafts) longer than ``chunk_tokens`` is one
+    llama.cpp batch: it used to be written past the Llama's batch of ``chunk_tokens`` tokens and
+    fail with "NULL pointer access"; now the output is plain greedy's, token for token."""
+    planner = bundled_model_path("planner")
+    # The plan repeats the command's first half: the n-gram lookup finds drafts in the output.
+    req = _req("pick up the red cup then pick up the red cup", max_tokens=24, grammar=grammar)
+    with create_engine("llamacpp", model_path=str(planner), chunk_tokens=1) as plain, \
+            create_engine("llamacpp", model_path=str(planner), chunk_tokens=1,
+                          draft="prompt_lookup", draft_k=4) as spec:
+        want = plain.generate(req)
+        got = spec.generate(req)
+    assert got.error is None, got.error
+    assert got.stop_reason is StopReason.DONE and want.stop_reason is StopReason.DONE
+    assert got.tokens == want.tokens and got.text == want.text
+    assert got.draft is not None
+    # a round of the pending token and 1+ drafts: longer than a chunk of 1 token
+    assert max(drafted for drafted, _ in got.draft["per_round"]) >= 1
 
 
 def test_draft_identical_to_target_accepts_everything(model: Path) -> None:

@@ -1,122 +1,35 @@
-"""Check the machine the planner is about to run on: each finding is OK, WARN or FAIL with its fix.
-
-What it looks at, in order: the Jetson module and nvpmodel power mode, the jetson_clocks state, the
-ROS 2 distro and rclpy, llama.cpp's GPU offload and backend, the ONNX Runtime providers that can
-start, the rtprio limit the params file's ``loop_priority`` needs, the CPUs the params file pins,
-free memory against the model's size, and the user cache. Device files are read under ``root``
-(``/`` on a real machine, a fixture tree in tests); nothing is changed.
-"""
+"""The doctor's checks of the machine: the Jetson module and its clocks, the rtprio limit and the
+CPUs the params file needs, free memory against the model, the user cache, and a finished run's
+late fallbacks."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import resource
-import subprocess
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 
-from robot_latency.errors import RobotLatencyError
+from robot_latency.doctor.findings import FAIL, OK, WARN, Check, DoctorError, DoctorInput
 from robot_latency.floor.jetson import JetsonInfo, detect_jetson
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "check_cache",
+    "check_cpus",
+    "check_jetson",
+    "check_jetson_clocks",
+    "check_memory",
+    "check_rtprio",
+    "check_run",
+]
 
-OK, WARN, FAIL = "OK", "WARN", "FAIL"
-#: The ROS 2 distros the project supports (Humble on JetPack 6 through Kilted, and rolling).
-SUPPORTED_DISTROS = ("humble", "iron", "jazzy", "kilted", "rolling")
 #: Devfreq node suffixes of Jetson GPUs (JetPack 5: ga10b, JetPack 6: gpu).
 _GPU_DEVFREQ = ("ga10b", "gpu", "gv11b", "gp10b")
 #: Beyond the model file: KV cache, the engine process, the loop, ROS (bytes).
 _MEMORY_HEADROOM_BYTES = 512 * 2**20
-#: The llama.cpp build line for an Orin (compute capability 8.7).
-LLAMA_CUDA_FIX = ('CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=87" pip install '
-                  '--force-reinstall --no-cache-dir --no-deps llama-cpp-python==0.3.36')
-
-
-class DoctorError(RobotLatencyError):
-    """Bad input to the doctor (a params file that cannot be read)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    """One finding.
-
-    Attributes:
-        name: what was checked (``jetson``, ``ros``, ``llama.cpp``, ...).
-        status: OK, WARN or FAIL.
-        detail: what was found.
-        fix: what to do about it ("" when nothing).
-    """
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        """Return the one-line form: ``STATUS name: detail (fix: ...)``."""
-        return f"{self.status:<4} {self.name}: {self.detail}" + (
-            f"\n     fix: {self.fix}" if self.fix else "")
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class DoctorInput:
-    """What the checks run against.
-
-    Attributes:
-        root: where device files are read (``/`` here, a fixture tree in tests).
-        params_file: a node params file (``config/*.yaml``), or None for the defaults.
-        model: the GGUF whose size is checked against free memory, or None: the params file's
-            model, else the bundled planner.
-        cache_dir: the model cache, or None for the default.
-        overrides: settings given as flags, the same names as the params file's (``model``,
-            ``quant``, ``engine``, ``loop_cpus``, ``engine_cpus``, ``loop_priority``); they win
-            over the params file, as they do for ``run``.
-        quant: the model's ladder level (``run --quant``): its built file is checked.
-        run_dir: a finished run whose late fallbacks are weighed against an unpinned loop.
-    """
-
-    root: Path = Path("/")
-    params_file: Path | None = None
-    model: Path | None = None
-    cache_dir: Path | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    quant: str | None = None
-    run_dir: Path | None = None
-
-
-def load_params(path: Path | None) -> dict[str, Any]:
-    """Return the ``ros__parameters`` of a params file's first node ({} for None).
-
-    Raises:
-        DoctorError: the file cannot be read or has no ``ros__parameters``.
-    """
-    if path is None:
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise DoctorError(f"params file {path}: cannot read it: {err}") from err
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        why = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise DoctorError(f"params file {path}:{where} not valid YAML: {why}") from err
-    if isinstance(data, dict):
-        for node in data.values():
-            if isinstance(node, dict) and isinstance(node.get("ros__parameters"), dict):
-                return node["ros__parameters"]
-    raise DoctorError(f"params file {path}: no '<node>: ros__parameters:' mapping")
 
 
 # --- Jetson -----------------------------------------------------------------------------------
@@ -176,94 +89,6 @@ def check_jetson_clocks(root: Path) -> Check:
                      "sudo jetson_clocks  (pins CPU, GPU and EMC clocks at the mode's maximum)")
     return Check("jetson_clocks", WARN, f"no GPU devfreq node under {devfreq}",
                  "run as a user who can read /sys/class/devfreq, or check the L4T install")
-
-
-# --- ROS --------------------------------------------------------------------------------------
-def check_ros() -> list[Check]:
-    """The distro, and whether rclpy imports (in a child process: this one stays ROS-free)."""
-    from robot_latency.rosenv import ros_facts
-
-    facts = ros_facts()
-    done = subprocess.run([sys.executable, "-c", "import rclpy, std_msgs.msg, "
-                                                  "diagnostic_msgs.msg"],
-                          capture_output=True, text=True, timeout=120)
-    source_fix = ("source /opt/ros/humble/setup.bash (a Jetson), or on x86-64 with "
-                  "CPython 3.11: pip install -r requirements/ros.txt")
-    if done.returncode != 0:
-        error = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [Check("ros", FAIL, f"rclpy does not import: {error}", source_fix)]
-    distro = facts.ros_distro
-    detail = f"ROS 2 {distro or '(distro unknown)'}, rclpy {facts.rclpy_version} " \
-             f"({facts.rclpy_source})"
-    if distro is None:
-        return [Check("ros", WARN, detail, source_fix)]
-    if distro not in SUPPORTED_DISTROS:
-        return [Check("ros", WARN, detail + f"; {distro} is not one of {SUPPORTED_DISTROS}",
-                      "use ROS 2 Humble (JetPack 6) or a later distro")]
-    return [Check("ros", OK, detail)]
-
-
-# --- engines ----------------------------------------------------------------------------------
-def _llama_backends(info: str) -> list[str]:
-    """Backend names from llama.cpp's system info (``"CPU : SSE3 = 1 | ... | CUDA : ..."``)."""
-    names = []
-    for part in info.split("|"):
-        head, sep, _ = part.partition(" : ")
-        if sep and head.strip() and " " not in head.strip():
-            names.append(head.strip())
-    return list(dict.fromkeys(names))
-
-
-def check_llama(jetson: JetsonInfo | None) -> Check:
-    """llama.cpp imports, and was built with GPU offload where the machine has a GPU."""
-    try:
-        import llama_cpp
-    except ImportError as err:
-        return Check("llama.cpp", FAIL, f"llama_cpp does not import: {err}",
-                     "pip install -r requirements/base.txt (on a Jetson: " + LLAMA_CUDA_FIX + ")")
-    raw = llama_cpp.llama_print_system_info()
-    backends = _llama_backends(raw.decode(errors="replace") if isinstance(raw, bytes) else raw)
-    offload = bool(llama_cpp.llama_supports_gpu_offload())
-    detail = (f"llama-cpp-python {llama_cpp.__version__}, GPU offload "
-              f"{'yes' if offload else 'no'}, backends {', '.join(backends) or 'unknown'}")
-    if offload:
-        return Check("llama.cpp", OK, detail)
-    if jetson is not None:
-        return Check("llama.cpp", FAIL, detail + ": a CPU-only build on a Jetson",
-                     LLAMA_CUDA_FIX)
-    from robot_latency.engines.providers import cuda_device_count
-
-    devices, _ = cuda_device_count()
-    if devices:
-        return Check("llama.cpp", WARN, detail + f"; this machine has {devices} CUDA device(s)",
-                     LLAMA_CUDA_FIX.replace("=87", "=native"))
-    return Check("llama.cpp", OK, detail + " (no GPU here: CPU is right)")
-
-
-def check_onnxruntime() -> Check:
-    """Which ONNX Runtime providers would initialise here (the engine asks only for those)."""
-    try:
-        import onnxruntime as ort
-    except ImportError as err:
-        return Check("onnxruntime", WARN, f"onnxruntime does not import: {err} (only the onnx "
-                                          "engine needs it)",
-                     "x86-64: pip install -r requirements/base.txt; Jetson: NVIDIA's "
-                     "onnxruntime-gpu wheel (README)")
-    from robot_latency.engines.onnx import DEFAULT_PROVIDERS
-    from robot_latency.engines.providers import choose_providers, cuda_device_count
-
-    choice = choose_providers(DEFAULT_PROVIDERS)
-    dropped = "; ".join(f"{k} left out: {v}" for k, v in choice.dropped.items())
-    detail = f"onnxruntime {ort.__version__}: would run on {', '.join(choice.usable) or 'none'}"
-    if not choice.usable:
-        return Check("onnxruntime", FAIL, detail + (f" ({dropped})" if dropped else ""),
-                     "reinstall onnxruntime")
-    gpu_dropped = [k for k in choice.dropped if k != "CPUExecutionProvider"]
-    if gpu_dropped and cuda_device_count()[0]:
-        return Check("onnxruntime", WARN, detail + f" ({dropped})",
-                     "install the CUDA/cuDNN (and TensorRT) libraries this onnxruntime-gpu was "
-                     "built for, or NVIDIA's Jetson wheel")
-    return Check("onnxruntime", OK, detail + (f" ({dropped})" if dropped else ""))
 
 
 # --- the params file against this machine ------------------------------------------------------
@@ -424,30 +249,3 @@ def check_cache(cache_dir: Path | None) -> Check:
         return Check("cache", WARN, detail + " (a quant ladder of a 0.5B model needs ~2 GiB)",
                      fix)
     return Check("cache", OK, detail)
-
-
-def run_checks(inp: DoctorInput) -> list[Check]:
-    """Run every check; return the findings in order.
-
-    Raises:
-        DoctorError: the params file cannot be read.
-    """
-    params = {**load_params(inp.params_file), **inp.overrides}
-    checks, jetson = check_jetson(inp.root)
-    if jetson is not None:
-        checks.append(check_jetson_clocks(inp.root))
-    steps: list[Callable[[], Check | list[Check]]] = [
-        check_ros, lambda: check_llama(jetson), check_onnxruntime,
-        lambda: check_rtprio(params), lambda: check_cpus(params),
-        lambda: check_memory(inp, params), lambda: check_cache(inp.cache_dir)]
-    if inp.run_dir is not None:
-        steps.append(lambda: check_run(inp.run_dir))  # type: ignore[arg-type]
-    for step in steps:
-        found = step()
-        checks.extend(found if isinstance(found, list) else [found])
-    return checks
-
-
-def exit_status(checks: Sequence[Check]) -> int:
-    """1 when any check failed, else 0."""
-    return 1 if any(c.status == FAIL for c in checks) else 0

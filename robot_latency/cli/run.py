@@ -18,9 +18,16 @@ from robot_latency.cli.common import (
     render_table,
     split_list,
 )
+from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
-from robot_latency.planner.config import MODES, ON_NEW_COMMAND, PlannerConfig
+from robot_latency.planner.config import (
+    HYBRID_POLICIES,
+    MODES,
+    ON_NEW_COMMAND,
+    RUNNERS,
+    RunSettings,
+)
 from robot_latency.records import read_records
 from robot_latency.report.table import fmt
 from robot_latency.stats import summarize, write_summary
@@ -85,49 +92,50 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
         echo(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")
 
 
-#: The flag of each run setting whose name differs.
-_FLAG_OF = {"draft_model": "--draft", "draft_k": "--draft-k", "profile": "--profile",
-            "server_url": "--server-url", "server_api": "--server-api",
-            "hybrid_policy": "--hybrid-policy"}
+def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
+                       quant: str | None, device: str, deadline_ms: float, period_ms: float,
+                       label: str | None) -> RunSettings:
+    """Return one configuration's settings from the flags (a sweep point: the axes given).
+
+    Raises:
+        UsageError: a bad value; the message names its flag.
+    """
+    from robot_latency.cli.settings import settings_from_flags, usage_error
+    from robot_latency.planner.config import SettingsError
+
+    try:
+        cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
+                        engine_nice=args.engine_nice, loop_priority=args.loop_priority)
+    except SettingsError as err:
+        raise usage_error(err) from err
+    return settings_from_flags(
+        period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
+        max_tokens=args.max_tokens, fallback=tuple(f.strip() for f in args.fallback.split(",")),
+        publish_margin_ms=args.publish_margin_ms, on_new_command=args.on_new_command,
+        log_dir=out, engine=engine, model=args.model, quant=quant, profile=args.profile,
+        draft_model=args.draft, draft_k=args.draft_k or 0, target_device=device,
+        n_threads=args.n_threads, n_threads_batch=args.n_threads_batch,
+        n_gpu_layers=args.n_gpu_layers, engine_options=_engine_options(args), cpu=cpu,
+        runner=args.runner, engine_family=args.engine_family, calibration=args.calibration,
+        label=label, server_url=args.server_url, server_model=args.server_model,
+        server_api=args.server_api, hybrid_policy=args.hybrid_policy,
+        extra={"stream": {"path": str(args.stream), "name": stream.name,
+                          "topic": stream.topic, "commands": len(stream.commands),
+                          "skipped_lines": list(stream.skipped_lines)},
+               "replay": {"mode": "asap" if args.asap else "recorded",
+                          "speed": None if args.asap else args.speed}})
 
 
 def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
                          quant: str | None, device: str, deadline_ms: float,
                          period_ms: float, label: str | None,
                          cores: frozenset[int] | None = None) -> Any:
-    """Build one configuration's RunConfig with the settings builder the node uses too."""
-    from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
+    """Resolve one configuration's run with the builder the nodes use too."""
+    from robot_latency.cli.settings import resolve_or_usage
 
-    planner = PlannerConfig(period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
-                            max_tokens=args.max_tokens,
-                            fallback=tuple(f.strip() for f in args.fallback.split(",")),
-                            publish_margin_ms=args.publish_margin_ms,
-                            on_new_command=args.on_new_command)
-    cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
-                    engine_nice=args.engine_nice, loop_priority=args.loop_priority)
-    spec = RunSpec(planner=planner, log_dir=out, engine=engine, model=args.model, quant=quant,
-                   profile=args.profile, draft_model=args.draft, draft_k=args.draft_k or 0,
-                   target_device=device, n_threads=args.n_threads,
-                   n_threads_batch=args.n_threads_batch, n_gpu_layers=args.n_gpu_layers,
-                   engine_options=_engine_options(args), cpu=cpu, runner=args.runner,
-                   engine_family=args.engine_family, calibration=args.calibration,
-                   label=label, server_url=getattr(args, "server_url", ""),
-                   server_model=getattr(args, "server_model", ""),
-                   server_api=getattr(args, "server_api", "completions"),
-                   hybrid_policy=getattr(args, "hybrid_policy", "first_valid"),
-                   extra={"stream": {"path": str(args.stream), "name": stream.name,
-                                     "topic": stream.topic, "commands": len(stream.commands),
-                                     "skipped_lines": list(stream.skipped_lines)},
-                          "replay": {"mode": "asap" if args.asap else "recorded",
-                                     "speed": None if args.asap else args.speed}})
-    try:
-        run, notes = build_run_config(spec, cores=cores)
-    except SettingsError as err:  # name the flag, not the setting
-        flag = _FLAG_OF.get(err.name, err.name)
-        raise UsageError(f"{flag}: {str(err).split(': ', 1)[1]}") from err
-    for note in notes:
-        sys.stderr.write(f"note: {note}\n")
-    return run
+    return resolve_or_usage(settings_from_args(
+        args, out, stream, engine=engine, quant=quant, device=device, deadline_ms=deadline_ms,
+        period_ms=period_ms, label=label), cores=cores)
 
 
 def check_server_at_start(engine: str, server_url: str) -> None:
@@ -136,7 +144,7 @@ def check_server_at_start(engine: str, server_url: str) -> None:
     The ROS node starts anyway and falls back until the server answers; an offline run has
     nothing to measure without it.
     """
-    from robot_latency.planner.settings import SERVER_ENGINES
+    from robot_latency.planner.resolve import SERVER_ENGINES
 
     if engine not in SERVER_ENGINES:
         return
@@ -173,8 +181,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from tqdm import tqdm
 
+    from robot_latency.cli.settings import resolve_or_usage, usage_error
+    from robot_latency.planner.config import SettingsError
     from robot_latency.planner.replay import run_replay
     from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
 
@@ -193,16 +205,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out)
     # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
     # a bad setting or a level that cannot be built stops the sweep before it spends a run.
+    # A point is the flags' settings with the point's axes replaced, then the builder.
+    first = points[0]
+    base = settings_from_args(args, out, stream, engine=first["engine"], quant=first["quant"],
+                              device=first["device"], deadline_ms=first["deadline_ms"],
+                              period_ms=max(args.period_ms, first["deadline_ms"]), label=None)
     run_dirs, configs = [], []
     for point in points:
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
         run_dir = out / label.replace(" ", "_").replace("/", "-")
         run_dirs.append(run_dir)
-        configs.append((run_dir, run_config_from_args(
-            args, run_dir, stream, engine=point["engine"], quant=point["quant"],
-            device=point["device"], deadline_ms=point["deadline_ms"],
-            period_ms=max(args.period_ms, point["deadline_ms"]), label=label)))
+        try:
+            settings = replace(base, log_dir=run_dir, engine=point["engine"],
+                               quant=point["quant"], target_device=point["device"],
+                               deadline_ms=point["deadline_ms"],
+                               period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
+        except SettingsError as err:
+            raise usage_error(err) from err
+        configs.append((run_dir, resolve_or_usage(settings)))
     todo = []
     for run_dir, config in configs:
         if _sweep_point_done(run_dir, args.stream):
@@ -315,7 +336,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-_PC = PlannerConfig()  # the loop's defaults, written once
+_PC = RunSettings()  # the defaults, written once
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -326,7 +347,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "line's state field)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL: skip bad lines (reported) instead of stopping")
-    p.add_argument("--engine", default="llamacpp",
+    p.add_argument("--engine", default=_PC.engine,
                    help="engine name: llamacpp (default), onnx, sim (predicts --device)")
     p.add_argument("--model", default=None,
                    help="GGUF path, 'planner' (default: the bundled planner), "
@@ -334,7 +355,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quant", default=None,
                    help="ladder level of --model (built on first use), or a preset's quant: "
                         + ", ".join(VALID_QUANTS))
-    p.add_argument("--device", default="orin-nano-8gb",
+    p.add_argument("--device", default=_PC.target_device,
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--profile", default=None,
                    help="planner profile: a shipped name (bundled-actions, instruct-json; see "
@@ -356,22 +377,22 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="draft GGUF for speculative decoding (llamacpp engine)")
     p.add_argument("--draft-k", type=positive_int, default=None,
                    help="tokens drafted per round (default: the engine's)")
-    p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--runner", default=_PC.runner, choices=RUNNERS)
     p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")
     p.add_argument("--engine-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the engine worker runs on (default: all but --loop-cpus, all "
                         "under --loop-priority)")
-    p.add_argument("--engine-nice", type=int, default=CpuBudget().engine_nice,
+    p.add_argument("--engine-nice", type=int, default=_PC.cpu.engine_nice,
                    help="niceness added to the engine worker (default %(default)s)")
-    p.add_argument("--loop-priority", type=int, default=CpuBudget().loop_priority,
+    p.add_argument("--loop-priority", type=int, default=_PC.cpu.loop_priority,
                    help="SCHED_FIFO priority 1-99 for the loop (needs rtprio rights); "
                         "0: normal scheduler (default)")
     p.add_argument("--deadline-ms", type=float, default=_PC.deadline_ms)
     p.add_argument("--period-ms", type=float, default=_PC.period_ms)
     p.add_argument("--publish-margin-ms", type=float, default=_PC.publish_margin_ms)
     p.add_argument("--mode", default=_PC.mode, choices=MODES)
-    p.add_argument("--max-tokens", type=nonneg_int, default=0,
+    p.add_argument("--max-tokens", type=nonneg_int, default=_PC.max_tokens,
                    help="most tokens per cycle (default 0: the profile's)")
     p.add_argument("--fallback", default=",".join(_PC.fallback),
                    help="fallback chain, in order (default %(default)s)")
@@ -387,11 +408,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "http://127.0.0.1:8000/v1")
     p.add_argument("--server-model", default="",
                    help="model name to ask the server for (default: the first it lists)")
-    p.add_argument("--server-api", default="completions", choices=("completions", "chat"),
+    p.add_argument("--server-api", default=_PC.server_api, choices=SERVER_APIS,
                    help="completions: the profile's rendered prompt; chat: its messages (the "
                         "server applies its chat template)")
-    p.add_argument("--hybrid-policy", default="first_valid",
-                   choices=("first_valid", "prefer_server"),
+    p.add_argument("--hybrid-policy", default=_PC.hybrid_policy, choices=HYBRID_POLICIES,
                    help="engine hybrid: publish the first valid plan, or the server's when it "
                         "is valid by the give-up time")
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
+from robot_latency.planner.config import HYBRID_POLICIES
 from robot_latency.planner.loop import Interrupt, Runner, RunOutcome
 
 log = logging.getLogger(__name__)
 
-HYBRID_POLICIES = ("first_valid", "prefer_server")
 
 
 def _side(trace: GenerationTrace | None, status: str, valid: bool,
@@ -69,7 +69,7 @@ class HybridRunner:
     """
 
     def __init__(self, onboard: Runner, server: Any, contract: Any, *,
-                 policy: str = "first_valid", clock: Clock = DEFAULT_CLOCK) -> None:
+                 policy: str, clock: Clock = DEFAULT_CLOCK) -> None:
         if policy not in HYBRID_POLICIES:
             raise ValueError(f"hybrid_policy={policy!r}: must be one of {HYBRID_POLICIES}")
         self.onboard, self.server, self.contract = onboard, server, contract

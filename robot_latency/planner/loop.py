@@ -24,8 +24,8 @@ from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
 from robot_latency.plan.actions import PlanParseError
 from robot_latency.plan.contract import complete_plan
-from robot_latency.plan.profile import Planning, load_planning
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.plan.profile import Planning
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
 from robot_latency.planner.margin import TransportMargin
@@ -88,20 +88,21 @@ class PlannerLoop:
     """The planner: cycles, deadline enforcement, fallback, records.
 
     Args:
-        config: the planner configuration.
+        config: the run's settings; the loop reads its loop fields
+            (:data:`~robot_latency.planner.config.LOOP_FIELDS`).
         runner: runs the engine (see :class:`InlineRunner`).
         publish: called with the plan envelope, exactly once per cycle.
         sink: called with each cycle's record before the next cycle starts.
         clock: the one clock (ns).
-        planning: the planner profile, loaded (prompt, output contract, fallback pieces);
-            None: the shipped default profile (the bundled planner's).
+        planning: the planner profile, loaded once by the builder (prompt, output contract,
+            fallback pieces).
         run_id: identifies this run in every record.
         floor: floor predictions copied into every record (host and target).
     """
 
-    def __init__(self, config: PlannerConfig, runner: Runner, *, publish: Publisher,
-                 sink: RecordSink, clock: Clock = DEFAULT_CLOCK,
-                 planning: Planning | None = None, run_id: str | None = None,
+    def __init__(self, config: RunSettings, runner: Runner, *, publish: Publisher,
+                 sink: RecordSink, planning: Planning, clock: Clock = DEFAULT_CLOCK,
+                 run_id: str | None = None,
                  floor: dict[str, Any] | None = None,
                  sleep_until: Callable[[int], None] | None = None) -> None:
         self.config = config
@@ -109,7 +110,7 @@ class PlannerLoop:
         self.publish = publish
         self.sink = sink
         self.clock = clock
-        self.planning = planning if planning is not None else load_planning()
+        self.planning = planning
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.floor = floor
         self.sleep_until = sleep_until or _sleep_until_factory(clock)

@@ -19,7 +19,6 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,8 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelProfile, resolve_model
 from robot_latency.floor.predict import predict_floor
 from robot_latency.floor.target import predict_target, resolve_calibration
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import (
     BudgetError,
-    CpuBudget,
     ThreadSettings,
     apply_to_loop_thread,
     capture_thread,
@@ -47,9 +44,9 @@ from robot_latency.planner.budget import (
     loop_thread_state,
     restore_thread,
 )
-from robot_latency.planner.config import ConfigError, PlannerConfig
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop, Publisher, Runner
+from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
 from robot_latency.rosenv import ros_facts
@@ -57,65 +54,8 @@ from robot_latency.stats import summarize, write_summary
 
 log = logging.getLogger(__name__)
 
-RUNNERS = ("process", "inline")
-
-
 class RunError(RobotLatencyError):
     """A run that cannot start (bad log directory, model, engine); the message names it."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run needs besides its command source.
-
-    Args:
-        planner: the loop's configuration.
-        engine: registered engine name.
-        engine_options: keyword options for the engine (picklable: sent to the worker).
-        runner: ``process`` (engine in a worker process: the loop cannot be held by it) or
-            ``inline`` (same thread; for the simulated engine under a scripted clock).
-        model: GGUF path or shape preset the floor predictions are made for (None: none).
-        quant: quant type when ``model`` is a preset.
-        host_device: profile id of the machine running the engine (``host`` = probed).
-        target_device: the device to predict for (e.g. ``orin-nano-8gb``).
-        log_dir: the run directory.
-        label: a short name for comparisons (e.g. ``Q4_K_M``).
-        hang_timeout_ms: watchdog for a generation still running past its give-up time.
-        fsync: fsync the cycle log after every record (survives power loss; costs time).
-        cpu: cores and priorities of the loop and the engine worker (see
-            :mod:`robot_latency.planner.budget`); applied to the loop's thread by
-            :meth:`PlannerRun.enter_loop_thread`.
-        profile: the planner profile, shipped name or YAML path (None: ``bundled-actions``).
-        extra: anything else to record in the manifest (e.g. the stream replayed).
-        engine_family: the engine family whose calibrated prediction each record carries for
-            the target (None: the sim engine's own family, else ``llamacpp-cuda``).
-        calibration: a calibration file for that family on the target (None: the published
-            table's).
-    """
-
-    planner: PlannerConfig
-    log_dir: Path
-    engine: str = "sim"
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    runner: str = "process"
-    model: str | None = None
-    quant: str | None = None
-    host_device: str = "host"
-    target_device: str = "orin-nano-8gb"
-    label: str | None = None
-    hang_timeout_ms: float = 1000.0
-    fsync: bool = False
-    cpu: CpuBudget = field(default_factory=CpuBudget)
-    profile: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    engine_family: str | None = None
-    calibration: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.runner not in RUNNERS:
-            raise ConfigError(f"runner={self.runner!r}: must be one of {RUNNERS}")
-        if self.hang_timeout_ms <= 0:
-            raise ConfigError(f"hang_timeout_ms={self.hang_timeout_ms!r}: must be > 0")
 
 
 def _host_steal_s() -> float | None:
@@ -227,7 +167,7 @@ class FloorPredictor:
         return out
 
 
-def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
+def make_runner(cfg: ResolvedRun, clock: Clock = DEFAULT_CLOCK) -> Runner:
     """Start the run's engine runner (the model loaded; a worker process for ``process``).
 
     Raises:
@@ -244,7 +184,7 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
             engine = create_planner_engine(cfg.engine, clock=clock, **cfg.engine_options)
             return InlineRunner(engine, clock=clock)
         runner = ProcessRunner(cfg.engine, cfg.engine_options,
-                               hang_timeout_ms=cfg.hang_timeout_ms, clock=clock,
+                               hang_timeout_ms=cfg.settings.hang_timeout_ms, clock=clock,
                                worker_nice=cfg.cpu.engine_nice,
                                worker_cpus=cfg.cpu.resolved_engine_cpus(),
                                spin_ms=cfg.cpu.spin_ms)
@@ -254,19 +194,20 @@ def make_runner(cfg: RunConfig, clock: Clock = DEFAULT_CLOCK) -> Runner:
         raise RunError(f"engine {cfg.engine!r} could not start: {err}") from err
 
 
-def _make_hybrid_runner(cfg: RunConfig, clock: Clock) -> Runner:
+def _make_hybrid_runner(cfg: ResolvedRun, clock: Clock) -> Runner:
     """Start the onboard runner and the server client of a hybrid run."""
     from robot_latency.engines.openai_server import make_openai_engine
     from robot_latency.planner.hybrid import HybridRunner
 
     opts = cfg.engine_options
-    onboard_cfg = dataclasses.replace(cfg, engine=opts["onboard_engine"],
-                                      engine_options=dict(opts["onboard"]))
+    onboard_cfg = dataclasses.replace(
+        cfg, settings=dataclasses.replace(cfg.settings, engine=opts["onboard_engine"]),
+        engine_options=dict(opts["onboard"]))
     onboard = make_runner(onboard_cfg, clock)
     try:
         server = make_openai_engine(clock=clock, **opts["server"])
-        contract = load_planning(cfg.profile).contract
-        return HybridRunner(onboard, server, contract, policy=opts["hybrid_policy"], clock=clock)
+        return HybridRunner(onboard, server, cfg.planning.contract,
+                            policy=opts["hybrid_policy"], clock=clock)
     except (EngineError, RobotLatencyError, ValueError) as err:
         close_runner(onboard)
         raise RunError(f"engine 'hybrid' could not start: {err}") from err
@@ -287,7 +228,7 @@ class PlannerRun:
             that cannot be read, or an engine that cannot load.
     """
 
-    def __init__(self, config: RunConfig, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
+    def __init__(self, config: ResolvedRun, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
                  sleep_until: Callable[[int], None] | None = None,
                  on_record: Callable[[CycleRecord], None] | None = None,
                  runner: Runner | None = None) -> None:
@@ -296,22 +237,19 @@ class PlannerRun:
         self.clock = clock
         self.log_dir = Path(config.log_dir)
         self._check_log_dir()
-        try:
-            self.planning = load_planning(config.profile)
-        except RobotLatencyError as err:
-            raise RunError(f"planner profile: {err}") from err
+        self.planning = config.planning
         self.floor = self._make_floor()
         # A runner handed in (a managed node's, loaded at configure) outlives this run.
         self.owns_runner = runner is None
         self.runner = make_runner(config, clock) if runner is None else runner
-        self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.fsync)
+        self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.settings.fsync)
         self.loop_thread: dict[str, Any] = loop_thread_state()
         self._thread_before: ThreadSettings | None = None
         self._steal_s = _host_steal_s()
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
         self.telemetry = self._make_telemetry()
-        self.loop = PlannerLoop(config.planner, self.runner, publish=publish, sink=self._write,
+        self.loop = PlannerLoop(config.settings, self.runner, publish=publish, sink=self._write,
                                 clock=clock, sleep_until=sleep_until, planning=self.planning,
                                 run_id=self.log_dir.name + "-" + str(os.getpid()))
         self.started_wall = time.time()
@@ -342,12 +280,12 @@ class PlannerRun:
             host = get_device(cfg.host_device)
         except FloorError as err:
             raise RunError(f"floor model: {err}") from err
-        family = (cfg.engine_family or cfg.engine_options.get("engine_family")
+        family = (cfg.settings.engine_family or cfg.engine_options.get("engine_family")
                   or "llamacpp-cuda")
         try:
-            cal = resolve_calibration(family, target, calibration=cfg.calibration)
+            cal = resolve_calibration(family, target, calibration=cfg.settings.calibration)
         except FloorError as err:
-            if cfg.calibration or cfg.engine_family:
+            if cfg.settings.calibration or cfg.settings.engine_family:
                 raise RunError(f"target prediction: {err}") from err
             log.warning("no calibrated prediction for %s on %s: %s", family, target.id, err)
             return FloorPredictor(model, host, target, calibration_error=str(err))
@@ -432,7 +370,7 @@ class PlannerRun:
             "model": model,
             "device": {"host": cfg.host_device, "target": cfg.target_device},
             "floor": self.floor.manifest() if self.floor is not None else None,
-            "config": dataclasses.asdict(cfg.planner),
+            "config": cfg.settings.loop_config(),
             "profile": self.planning.describe(),
             "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
                            "engine_cpus_in_effect": getattr(self.runner, "worker_cpus", None)},
@@ -440,7 +378,7 @@ class PlannerRun:
             "ros": ros_facts().to_dict(),
             "host": host_facts(),
             "started_unix": self.started_wall,
-            **cfg.extra,
+            **cfg.settings.extra,
         }
 
     def _write_manifest(self, status: str) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.session import PlannerRun, RunConfig, RunError
+from robot_latency.planner.resolve import ResolvedRun
+from robot_latency.planner.session import PlannerRun, RunError
 from robot_latency.records import CycleRecord
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class PlannerDriver:
         RunError: the run cannot start (log directory, model, engine).
     """
 
-    def __init__(self, config: RunConfig, *, publish_plan: Callable[[dict[str, Any]], None],
+    def __init__(self, config: ResolvedRun, *, publish_plan: Callable[[dict[str, Any]], None],
                  on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
                  id_prefix: str = "cmd-", runner: Runner | None = None) -> None:
         self.max_cycles = max_cycles

@@ -29,9 +29,9 @@ from benchio import emit_result
 
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
 from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.resolve import ResolvedRun, resolve_run
-from robot_latency.planner.session import PlannerRun
 from robot_latency.records import read_records
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.loop import PlannerLoop, Publisher
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.resolve import ResolvedRun
-from robot_latency.planner.session import PlannerRun
 from robot_latency.progress import CycleProgress
 from robot_latency.streams import CommandStream
 

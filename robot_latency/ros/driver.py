@@ -2,7 +2,7 @@
 
 Pure Python (no rclpy): the planner node hands it command texts from its subscription and gets
 plan envelopes and cycle records back through callbacks; everything else (engine worker, cycle
-log, manifest, summary) is :class:`~robot_latency.planner.session.PlannerRun`'s.
+log, manifest, summary) is :class:`~robot_latency.planner.lifecycle.PlannerRun`'s.
 
 Threads: the loop runs in one thread with the real clock (its waits are ``time.sleep`` against
 absolute scheduled times), pinned and prioritised by the run's CPU budget; the caller's thread
@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.resolve import ResolvedRun
-from robot_latency.planner.session import PlannerRun, RunError
 from robot_latency.records import CycleRecord
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from std_msgs.msg import String
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.margin import TransportMargin
-from robot_latency.planner.session import RunError, close_runner, make_runner
+from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.declare import declare_table, unknown_overrides

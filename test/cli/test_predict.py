@@ -12,9 +12,9 @@ from robot_latency.cli import main
 from robot_latency.clock import ScriptedClock
 from robot_latency.floor.calibration import read_calibration
 from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.replay import replay
 from robot_latency.planner.resolve import resolve_run
-from robot_latency.planner.session import PlannerRun
 from robot_latency.records import read_records
 from robot_latency.streams import Command, read_stream, write_jsonl
 

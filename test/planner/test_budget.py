@@ -23,9 +23,9 @@ from robot_latency.planner.budget import (
     parse_cpu_list,
 )
 from robot_latency.planner.config import RunSettings, SettingsError
+from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.replay import replay
 from robot_latency.planner.resolve import resolve_run
-from robot_latency.planner.session import PlannerRun, RunError
 from robot_latency.planner.worker import AbortFlag
 from robot_latency.records import read_records
 from robot_latency.ros.params import ParamError, planner_settings

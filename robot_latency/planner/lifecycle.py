@@ -160,7 +160,7 @@ class PlannerRun:
                 log.warning("cycle %d: no target prediction: %s", rec.cycle, err)
         rec.cpu_percent = self._proc.cpu_percent(None)
         rss = self._proc.memory_info().rss
-        pid = getattr(self.runner, "pid", None)
+        pid = self.runner.pid
         if pid is not None:
             try:
                 rss += psutil.Process(pid).memory_info().rss
@@ -204,7 +204,7 @@ class PlannerRun:
             "config": cfg.settings.loop_config(),
             "profile": self.planning.describe(),
             "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
-                           "engine_cpus_in_effect": getattr(self.runner, "worker_cpus", None)},
+                           "engine_cpus_in_effect": self.runner.worker_cpus},
             "versions": package_versions(),
             "ros": ros_facts().to_dict(),
             "host": host_facts(),
@@ -237,7 +237,7 @@ class PlannerRun:
             records = []
         summary = summarize(records)
         summary["mailbox"] = self.loop.mailbox.counters()
-        summary["engine_restarts"] = getattr(self.runner, "restarts", 0)
+        summary["engine_restarts"] = self.runner.restarts
         summary["records_not_written"] = self.loop.sink_errors
         summary["transport_margin"] = self.loop.transport.summary()
         write_summary(summary, self.log_dir / "summary.json")

@@ -70,6 +70,4 @@ def _make_hybrid_runner(cfg: ResolvedRun, clock: Clock) -> Runner:
 
 def close_runner(runner: Runner) -> None:
     """Stop a runner's engine (its worker process), if it has one to stop."""
-    close = getattr(runner, "close", None)
-    if close is not None:
-        close()
+    runner.close()

@@ -26,7 +26,7 @@ from typing import Any
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace
 from robot_latency.planner.config import DEFAULT_HANG_TIMEOUT_MS
-from robot_latency.planner.runner import Interrupt, RunOutcome, outcome_of
+from robot_latency.planner.runner import Interrupt, RunnerHealth, RunOutcome, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +230,10 @@ class ProcessRunner:
         log.warning("engine worker: %s; restarting", why)
         self.restarts += 1
         self._launch()
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth(load_error=self.load_error,
+                            server_check_error=self.engine_info.get("check_error"))
 
     @property
     def pid(self) -> int | None:

@@ -155,12 +155,10 @@ class PlannerDriver:
     def engine_state(self) -> dict[str, Any]:
         """Return what diagnostics report about the engine (name, restarts, load error)."""
         runner = self.run.runner
-        return {"engine": self.run.config.engine,
-                "restarts": getattr(runner, "restarts", 0),
-                "load_error": getattr(runner, "load_error", None) or "",
-                "worker_pid": getattr(runner, "pid", None) or "",
-                "server_check_error": getattr(runner, "server_check_error", None)
-                or (getattr(runner, "engine_info", None) or {}).get("check_error") or ""}
+        health = runner.health()
+        return {"engine": self.run.config.engine, "restarts": runner.restarts,
+                "load_error": health.load_error or "", "worker_pid": runner.pid or "",
+                "server_check_error": health.server_check_error or ""}
 
     def __enter__(self) -> PlannerDriver:
         return self

@@ -1,0 +1,70 @@
+"""Every runner covers the whole Runner protocol, so no caller probes one with getattr."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from robot_latency.clock import ScriptedClock, WaitingClock, sleep_until_for
+from robot_latency.planner.engine import create_planner_engine
+from robot_latency.planner.hybrid import HybridRunner
+from robot_latency.planner.runner import InlineRunner, Runner, RunnerHealth
+from robot_latency.planner.worker import ProcessRunner
+
+PACKAGE = Path(__file__).resolve().parents[2] / "robot_latency"
+
+
+def _members(cls: type) -> set[str]:
+    return {n for n in vars(cls) if not n.startswith("_")}
+
+
+def test_the_protocol_covers_what_callers_use() -> None:
+    assert {"run", "info", "close", "collect_aborted", "request_abort", "health", "pid",
+            "restarts", "worker_cpus"} <= _members(Runner)
+
+
+@pytest.mark.parametrize("cls", [InlineRunner, ProcessRunner, HybridRunner])
+def test_each_runner_implements_all_of_it(cls: type) -> None:
+    have = {n for n, _ in inspect.getmembers(cls)}
+    if cls is ProcessRunner:  # instance attributes, set in __init__
+        init = inspect.getsource(cls.__init__)
+        have |= {n for n in ("restarts", "worker_cpus") if f"self.{n} =" in init}
+    missing = _members(Runner) - have
+    assert not missing, f"{cls.__name__} lacks {sorted(missing)}"
+
+
+def test_an_inline_runner_answers_for_a_runner_without_a_worker() -> None:
+    clock = ScriptedClock(start_ns=10**9)
+    runner = InlineRunner(create_planner_engine("sim", clock=clock, device="orin-agx-64gb"),
+                          clock=clock)
+    assert (runner.pid, runner.restarts, runner.worker_cpus) == (None, 0, None)
+    assert runner.collect_aborted(clock() + 1) is None
+    assert runner.health() == RunnerHealth()
+    runner.request_abort()  # nothing to stop
+    runner.close()
+
+
+def test_no_caller_probes_a_runner_with_getattr() -> None:
+    probes = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and node.args:
+                target = ast.unparse(node.args[0]).lower()
+                if "runner" in target or "onboard" in target:
+                    probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not probes
+
+
+def test_a_scripted_clock_waits_by_moving() -> None:
+    clock = ScriptedClock(start_ns=100)
+    assert isinstance(clock, WaitingClock)
+    wait = sleep_until_for(clock)
+    wait(250)
+    assert clock.now() == 250
+    wait(200)  # never back
+    assert clock.now() == 250
+    assert not isinstance(lambda: 0, WaitingClock)

@@ -1,5 +1,5 @@
-"""``run``, ``sweep``, ``report``, ``summarize`` and ``profiles``: replay command streams through
-the planner, compare configurations, and list the planner profiles."""
+"""``run``: replay a command stream through the planner into a run directory. The flags of a
+run (shared with ``sweep``) and their settings are here too."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from robot_latency.cli.common import (
     nonneg_int,
     positive_int,
     render_table,
-    split_list,
 )
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.models.ladder import VALID_QUANTS
@@ -28,19 +27,7 @@ from robot_latency.planner.config import (
     RUNNERS,
     RunSettings,
 )
-from robot_latency.records import read_records
 from robot_latency.report.table import fmt
-from robot_latency.stats import summarize, write_summary
-
-
-def cmd_summarize(args: argparse.Namespace) -> int:
-    path = Path(args.cycles)
-    summary = summarize(read_records(path))
-    if args.out:
-        write_summary(summary, args.out)
-    if args.json or not args.out:
-        emit_json(summary)
-    return 0
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,7 +50,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-def _read_stream(args: argparse.Namespace) -> Any:
+def read_stream_arg(args: argparse.Namespace) -> Any:
+    """Return the command stream the flags name (--stream, --topic, --state-topic)."""
     from robot_latency.streams import read_stream
 
     return read_stream(args.stream, topic=args.topic, state_topic=args.state_topic,
@@ -159,7 +147,7 @@ def check_server_at_start(engine: str, server_url: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
 
-    stream = _read_stream(args)
+    stream = read_stream_arg(args)
     out = Path(args.out)
     check_server_at_start(args.engine, args.server_url)
     config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
@@ -180,166 +168,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from tqdm import tqdm
-
-    from robot_latency.cli.settings import resolve_or_usage, usage_error
-    from robot_latency.planner.config import SettingsError
-    from robot_latency.planner.replay import run_replay
-    from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
-
-    stream = _read_stream(args)
-    axes: dict[str, list[Any]] = {
-        "engine": split_list(args.engines) or [args.engine],
-        "quant": split_list(args.quants) or [args.quant],
-        "device": split_list(args.devices) or [args.device],
-        "deadline_ms": split_list(args.deadlines, float) or [args.deadline_ms],
-    }
-    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl}
-              for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
-              for dl in axes["deadline_ms"]]
-    varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
-    _check_sweep_axes(axes)  # every level, device and engine name, before anything
-    out = Path(args.out)
-    # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
-    # a bad setting or a level that cannot be built stops the sweep before it spends a run.
-    # A point is the flags' settings with the point's axes replaced, then the builder.
-    first = points[0]
-    base = settings_from_args(args, out, stream, engine=first["engine"], quant=first["quant"],
-                              device=first["device"], deadline_ms=first["deadline_ms"],
-                              period_ms=max(args.period_ms, first["deadline_ms"]), label=None)
-    run_dirs, configs = [], []
-    for point in points:
-        label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
-                         for k in varied)
-        run_dir = out / label.replace(" ", "_").replace("/", "-")
-        run_dirs.append(run_dir)
-        try:
-            settings = replace(base, log_dir=run_dir, engine=point["engine"],
-                               quant=point["quant"], target_device=point["device"],
-                               deadline_ms=point["deadline_ms"],
-                               period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
-        except SettingsError as err:
-            raise usage_error(err) from err
-        configs.append((run_dir, resolve_or_usage(settings)))
-    todo = []
-    for run_dir, config in configs:
-        if _sweep_point_done(run_dir, args.stream):
-            sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
-        else:
-            todo.append(config)
-    for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
-                       disable=not sys.stderr.isatty() and not args.progress):
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
-    # Plans are compared against the highest precision (report.compare.choose_reference).
-    rows = compare_runs(run_dirs)
-    to_csv(rows, out / "comparison.csv")
-    to_json(rows, out / "comparison.json")
-    echo(to_markdown(rows))
-    echo(f"\nruns and comparison.csv / comparison.json in {out}")
-    return 0
-
-
-def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
-    """Refuse a bad level, device or engine name before any point runs (one line naming it)."""
-    from robot_latency.engines import ENGINES  # importing the package registers them
-    from robot_latency.floor.devices import get_device
-    from robot_latency.floor.errors import FloorError
-    from robot_latency.models.ladder import VALID_QUANTS
-
-    for quant in axes["quant"]:
-        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
-            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
-                             f"{', '.join(VALID_QUANTS)}")
-    for device in axes["device"]:
-        try:
-            get_device(device)
-        except FloorError as err:
-            raise UsageError(f"--devices: {err}") from err
-    for engine in axes["engine"]:
-        if engine not in ENGINES:
-            raise UsageError(f"--engines: unknown engine {engine!r}; known: "
-                             f"{', '.join(sorted(ENGINES))}")
-
-
-def _sweep_point_done(run_dir: Path, stream: str) -> bool:
-    """Whether a sweep point's directory holds a finished run of the same stream.
-
-    A directory left by an interrupted point (not finished) is moved aside to
-    ``<sweep>/.incomplete/`` (kept, never deleted), so the point runs again. A finished run of
-    another stream is refused.
-    """
-    import json
-    import time
-
-    manifest_path = run_dir / "manifest.json"
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        return False
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
-    if manifest.get("status") == "finished" and (run_dir / "cycles.jsonl").is_file():
-        done_stream = (manifest.get("stream") or {}).get("path")
-        if done_stream not in (None, str(stream)):
-            raise UsageError(f"--out: {run_dir} holds a finished run of another stream "
-                             f"({done_stream}); choose a new directory")
-        return True
-    aside = run_dir.parent / ".incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    run_dir.rename(aside)
-    sys.stderr.write(f"note: {run_dir} was not finished; moved to {aside}, running it again\n")
-    return False
-
-
-def cmd_profiles(args: argparse.Namespace) -> int:
-    from robot_latency.plan.profile import load_profile, shipped_profiles
-
-    profiles = [load_profile(str(path)) for path in shipped_profiles().values()]
-    if args.json:
-        emit_json([{"name": p.name, "description": p.description, "path": p.source,
-                    "chat_format": p.chat_format, "contract": p.output.contract,
-                    "normalize": p.normalize, "fallback_rule": p.fallback.rule}
-                   for p in profiles])
-        return 0
-    echo(render_table(["name", "chat format", "output", "normalize", "rule fallback",
-                       "description"],
-                      [[p.name, p.chat_format, p.output.contract, p.normalize,
-                        p.fallback.rule, p.description] for p in profiles]))
-    echo("\nA profile is named by its shipped name or by the path of a YAML file "
-         "(--profile, planner_profile).")
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from robot_latency.report.compare import compare_runs, to_markdown
-    from robot_latency.report.markdown import write_report
-
-    out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
-    # "report runs/ladder/*/ --out runs/ladder/report" run a second time: the glob now holds
-    # the report directory itself, which is no run.
-    runs = [r for r in args.runs if Path(r).resolve() != out.resolve()]
-    if len(runs) < len(args.runs):
-        sys.stderr.write(f"note: {out} is the report's own directory, not a run; left out\n")
-    if not runs:
-        raise UsageError("no run directories left besides the report's own --out")
-    args.runs = runs
-    report = write_report(args.runs, out, reference=args.reference)
-    echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
-    echo(f"\nreport: {report}")
-    if args.trace:
-        from robot_latency.report.trace import write_trace
-
-        echo(f"trace (Perfetto, chrome://tracing): {write_trace(args.runs, args.trace)}")
-    return 0
-
-
 _PC = RunSettings()  # the defaults, written once
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Add the flags of one run (``run`` and ``sweep``)."""
     p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
     p.add_argument("--state-topic", default=None,
@@ -423,49 +256,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Replays a rosbag2 bag, a bare .mcap or a JSONL stream through the "
                     "deadline-enforced planner at the recorded pace (or --asap) and writes "
                     "OUT/cycles.jsonl, OUT/summary.json and OUT/manifest.json.")
-    _add_run_args(p)
+    add_run_args(p)
     p.add_argument("--label", default=None, help="name of this configuration in comparisons")
     p.add_argument("--out", required=True, help="run directory to create")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser(
-        "sweep", help="run several configurations on one stream and compare them",
-        description="Runs every combination of the given axes (--quants, --engines, --devices, "
-                    "--deadlines) on the same stream, one run directory each under OUT, then "
-                    "prints the comparison table and writes OUT/comparison.csv and .json. Every "
-                    "level, device and engine is checked before any runs; rerun into the same "
-                    "OUT to resume: finished points are skipped, an unfinished one is moved to "
-                    "OUT/.incomplete/ and run again.")
-    _add_run_args(p)
-    p.add_argument("--quants", default=None,
-                   help="comma-separated quant levels of --model (a GGUF's ladder, built on "
-                        "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
-                        "against the highest-precision one")
-    p.add_argument("--engines", default=None, help="comma-separated engine names")
-    p.add_argument("--devices", default=None, help="comma-separated target device ids")
-    p.add_argument("--progress", action="store_true",
-                   help="the sweep's bar even when stderr is not a terminal")
-    p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
-    p.add_argument("--out", required=True, help="sweep directory to create")
-    p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("report", help="compare run directories; write plots and report.md")
-    p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
-    p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
-    p.add_argument("--reference", default=None,
-                   help="label of the run plans are compared against (default: the highest "
-                        "precision: bits per weight, then F16 > Q8_0 > ...)")
-    p.add_argument("--trace", default=None, metavar="FILE.json",
-                   help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("profiles", help="list the shipped planner profiles")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_profiles)
-
-    p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")
-    p.add_argument("cycles", help="path to a cycles.jsonl")
-    p.add_argument("--out", default=None, help="write summary.json here")
-    p.add_argument("--json", action="store_true", help="also print it")
-    p.set_defaults(func=cmd_summarize)

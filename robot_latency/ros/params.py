@@ -1,32 +1,29 @@
-"""The ROS parameters of the planner and bag-replayer nodes: declared once, validated in one place.
+"""The planner node's ROS parameters: declared once, validated in one place, turned into the run.
 
 Pure Python (no rclpy): each node declares the parameters of its table (:data:`PLANNER_PARAMS`
 here, :data:`~robot_latency.ros.replayer_params.REPLAYER_PARAMS`) with the default, description
 and range given there, reads them once, and builds its configuration with
 :func:`planner_settings` / :func:`~robot_latency.ros.replayer_params.replayer_settings`. Those
-raise :class:`ParamError`, whose message starts with the parameter's name, for any bad value.
-Runtime updates go through :func:`check_update`: only the diagnostics settings may change while
-the node runs; everything else builds the engine and the loop at start-up.
-
-Numbers are accepted as int, float or a numeric string (``--ros-args -p deadline_ms:=100`` gives
-an int; a launch argument gives a string), so the nodes declare them with dynamic typing and
-this module does the type check.
+raise :class:`~robot_latency.ros.param_spec.ParamError`, whose ``name`` is the parameter, for any
+bad value (a setting's error is mapped to its parameter by name: :data:`PARAM_OF`). Runtime
+updates go through :func:`check_update`: only the diagnostics settings may change while the node
+runs; everything else builds the engine and the loop at start-up. What a parameter is and how a
+value is type-checked: :mod:`robot_latency.ros.param_spec`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.errors import RobotLatencyError
-from robot_latency.planner.budget import CpuBudget, parse_cpu_list
+from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import (
     DEFAULT_TARGET_DEVICE,
     HYBRID_POLICIES,
@@ -38,56 +35,10 @@ from robot_latency.planner.config import (
 from robot_latency.planner.fallback import FALLBACK_NAMES
 from robot_latency.planner.resolve import ResolvedRun, resolve_run
 from robot_latency.ros.diagnostics import DiagnosticThresholds
-
-#: Kinds of parameter value, as ROS names the types.
-KINDS = ("string", "integer", "double", "bool", "string_array", "cpu_list")
+from robot_latency.ros.param_spec import ParamError, ParamSpec, coerce, coerce_or_none, typed_values
 
 #: Settings (fields of RunSettings) whose ROS parameter has another name.
 PARAM_OF = {"profile": "planner_profile", "target_device": "device_profile"}
-
-
-class ParamError(RobotLatencyError, ValueError):
-    """A parameter value that cannot be used; the message starts with the parameter's name.
-
-    Attributes:
-        name: the parameter.
-    """
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"parameter {name!r}: {message}")
-        self.name = name
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One ROS parameter: name, default, kind, description, inclusive range or choices.
-
-    ``runtime`` says whether it may change while the node runs.
-    """
-
-    name: str
-    default: Any
-    kind: str
-    description: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
-    runtime: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"{self.name}: kind must be one of {KINDS}, got {self.kind!r}")
-
-    def constraints(self) -> str:
-        """Return the constraints in words (the descriptor's ``additional_constraints``)."""
-        parts = []
-        if self.low is not None or self.high is not None:
-            parts.append(f"range [{self.low}, {self.high}]")
-        if self.choices:
-            parts.append("one of " + ", ".join(self.choices))
-        parts.append("may change at run time" if self.runtime
-                     else "fixed at start-up (restart the node to change it)")
-        return "; ".join(parts)
 
 
 def _spec(name: str, default: Any, kind: str, description: str, **kw: Any) -> ParamSpec:
@@ -230,89 +181,6 @@ PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
 _BY_NAME = {s.name: s for s in PLANNER_PARAMS}
 
 
-# --- type and range checks --------------------------------------------------------------------
-def coerce(spec: ParamSpec, value: Any) -> Any:
-    """Return ``value`` as the spec's kind, checked against its range and choices.
-
-    Raises:
-        ParamError: wrong type, out of range, not one of the choices.
-    """
-    name, kind = spec.name, spec.kind
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise ParamError(name, f"expects true or false, got {value!r}")
-    if kind == "string":
-        if not isinstance(value, str):
-            raise ParamError(name, f"expects a string, got {value!r}")
-        if spec.choices and value not in spec.choices:
-            raise ParamError(name, f"{value!r} is not one of {', '.join(spec.choices)}")
-        return value
-    if kind == "string_array":
-        if isinstance(value, str):
-            items = [v.strip() for v in value.split(",") if v.strip()]
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            items = [v.strip() for v in value]
-        else:
-            raise ParamError(name, f"expects a list of strings or a comma-separated string, "
-                                   f"got {value!r}")
-        bad = [v for v in items if spec.choices and v not in spec.choices]
-        if bad or not items:
-            raise ParamError(name, f"{value!r}: must be a non-empty list of "
-                                   f"{', '.join(spec.choices) or 'strings'}")
-        return items
-    if kind == "cpu_list":
-        return _cpu_list(name, value)
-    number = _number(name, value, integer=kind == "integer")
-    if (spec.low is not None and number < spec.low) or (spec.high is not None
-                                                         and number > spec.high):
-        raise ParamError(name, f"{number!r} is out of range [{spec.low}, {spec.high}]")
-    return number
-
-
-def _cpu_list(name: str, value: Any) -> tuple[int, ...]:
-    try:
-        return parse_cpu_list(value)
-    except ValueError as err:
-        raise ParamError(name, str(err)) from None
-
-
-def _number(name: str, value: Any, *, integer: bool) -> int | float:
-    if isinstance(value, bool):
-        raise ParamError(name, f"expects a number, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = float(value) if not integer else int(value.strip())
-        except ValueError:
-            raise ParamError(name, f"expects {'an integer' if integer else 'a number'}, "
-                                   f"got {value!r}") from None
-    if integer:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int):
-            raise ParamError(name, f"expects an integer, got {value!r}")
-        return value
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ParamError(name, f"expects a finite number, got {value!r}")
-    return float(value)
-
-
-def typed_values(table: Sequence[ParamSpec], values: Mapping[str, Any]) -> dict[str, Any]:
-    """Return every parameter of ``table``: the given value, else the default, coerced.
-
-    Raises:
-        ParamError: a name not in the table, or a value of the wrong kind or out of range.
-    """
-    known = {s.name for s in table}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ParamError(unknown[0], f"is not a parameter of this node; known: "
-                                     f"{', '.join(sorted(known))}")
-    return {s.name: coerce(s, values.get(s.name, s.default)) for s in table}
-
-
 # --- planner ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlannerSettings:
@@ -445,11 +313,3 @@ def check_update(current: Mapping[str, Any], changes: Mapping[str, Any]) -> Runt
     except SettingsError as err:
         raise named(err) from err
     return RuntimeUpdate(diagnostics, merged["diagnostics_period_s"], merged)
-
-
-def coerce_or_none(spec: ParamSpec, value: Any) -> Any:
-    """Return the coerced value, or None where it does not coerce (for equality checks)."""
-    try:
-        return coerce(spec, value)
-    except ParamError:
-        return None

@@ -222,6 +222,7 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
     return out
 
 
-#: The fields the loop reads (the manifest's ``config``), in order.
-LOOP_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunSettings))[
-    :[f.name for f in fields(RunSettings)].index("on_new_command") + 1]
+_NAMES = [f.name for f in fields(RunSettings)]
+#: The fields the loop reads (the manifest's ``config``), in order: the first ones, up to
+#: ``on_new_command``.
+LOOP_FIELDS: tuple[str, ...] = tuple(_NAMES[: _NAMES.index("on_new_command") + 1])

@@ -61,23 +61,28 @@ class ResolvedRun:
     # --- the settings callers read most ------------------------------------------------------
     @property
     def engine(self) -> str:
+        """The engine's registered name."""
         return self.settings.engine
 
     @property
     def log_dir(self) -> Path:
+        """The run directory."""
         assert self.settings.log_dir is not None  # the builder refuses a run without one
         return self.settings.log_dir
 
     @property
     def runner(self) -> str:
+        """``process`` or ``inline``."""
         return self.settings.runner
 
     @property
     def cpu(self) -> CpuBudget:
+        """The CPU budget."""
         return self.settings.cpu
 
     @property
     def target_device(self) -> str:
+        """The device predicted for."""
         return self.settings.target_device
 
 

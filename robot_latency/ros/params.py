@@ -187,7 +187,7 @@ class PlannerSettings:
     """Everything the planner node needs, built from its parameters.
 
     Args:
-        run: the planner run's configuration (loop config inside).
+        run: the resolved run (the settings, the loop's among them, inside).
         diagnostics: diagnostics thresholds (may change at run time).
         diagnostics_period_s: how often /diagnostics is published.
         max_cycles: stop after this many cycles; 0: until stopped.

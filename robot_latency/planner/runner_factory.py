@@ -60,7 +60,7 @@ def _make_hybrid_runner(cfg: ResolvedRun, clock: Clock) -> Runner:
         engine_options=dict(opts["onboard"]))
     onboard = make_runner(onboard_cfg, clock)
     try:
-        server = make_openai_engine(clock=clock, **opts["server"])
+        server = make_openai_engine(clock=clock, contract=cfg.planning.contract, **opts["server"])
         return HybridRunner(onboard, server, cfg.planning.contract,
                             policy=opts["hybrid_policy"], clock=clock)
     except (EngineError, RobotLatencyError, ValueError) as err:

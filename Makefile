@@ -43,7 +43,7 @@ COMPAT_PY := $(COMPAT_VENV)/bin/python
 COMPAT_STAMP := $(COMPAT_VENV)/.robot_latency-installed
 COMPAT_TESTS ?= test/test_install.py test/floor test/report test/streams test/engines \
 	test/models/test_onnx_export.py test/models/test_onnx_cache.py test/models/test_inflate.py \
-	test/models/test_bundled.py test/planner/test_session.py test/test_records.py
+	test/models/test_bundled.py test/planner/test_lifecycle.py test/test_records.py
 # The Jazzy venv: the runtime (base.txt) with ROS 2 Jazzy's rclpy, std_msgs, diagnostic_msgs and
 # lifecycle_msgs wheels instead of Kilted's; the ROS tests run in it, and the launch tests use
 # Jazzy's launch/launch_ros source (../shared/vendor/ros2_launch/jazzy).

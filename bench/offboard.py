@@ -40,10 +40,10 @@ from benchio import emit_result
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.engines.llama_server import LocalServer
 from robot_latency.plan.profile import load_planning
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.settings import resolve_model_file
+from robot_latency.planner.resolve import resolve_model_file
 from robot_latency.stats import distribution, wilson_interval
 from robot_latency.streams import read_stream
 
@@ -145,10 +145,11 @@ def cmd_fleet(args: argparse.Namespace) -> dict[str, Any]:
     from robot_latency.planner.fleet import FleetSpec, run_fleet
 
     sizes = tuple(int(x) for x in args.robots.split(","))
-    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
     with tempfile.TemporaryDirectory() as tmp, _server(args, Path(tmp)) as server:
         out = Path(args.runs_dir) if args.runs_dir else Path(tmp) / "fleet"
-        doc = run_fleet(FleetSpec(server_url=server.url, sizes=sizes, out=out, planner=planner,
+        settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+                               server_url=server.url)
+        doc = run_fleet(FleetSpec(sizes=sizes, out=out, settings=settings,
                                   arrivals=args.arrivals, seed=args.seed), _stream(args))
     for size in doc["sizes"]:
         size.pop("run_dirs", None)
@@ -248,10 +249,12 @@ def _in_time(run_dir: Path) -> dict[str, Any]:
 
 def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     from robot_latency.planner.replay import run_replay
-    from robot_latency.planner.settings import RunSpec, build_run_config
+    from robot_latency.planner.resolve import resolve_run
 
     stream = _stream(args)
-    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+                           model=str(args.model_path), n_threads=args.threads,
+                           n_threads_batch=args.threads)
     configs = ("onboard", "offboard", "hybrid")
     # The server stands for another machine: it and its load get the last core, the robot (the
     # loop and its onboard worker, which inherits this process's cores) the others. On one shared
@@ -272,10 +275,9 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
             order = configs[rep % 3:] + configs[: rep % 3]  # interleaved, rotating
             for name in order:
                 run_dir = Path(tmp) / f"rep{rep}-{name}"
-                run, _ = build_run_config(RunSpec(
-                    planner=planner, log_dir=run_dir, engine=engine_of[name],
-                    model=str(args.model_path), server_url=server.url,
-                    n_threads=args.threads, n_threads_batch=args.threads))
+                run, _ = resolve_run(dataclasses.replace(
+                    settings, log_dir=run_dir, engine=engine_of[name],
+                                             server_url=server.url))
                 run_replay(run, stream)
                 row[name] = _in_time(run_dir)
             reps.append(row)
@@ -321,8 +323,9 @@ def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
             reasons[key] = reasons.get(key, 0) + 1
 
         engine = create_engine("openai", server_url=server.url)
-        config = PlannerConfig(period_ms=args.deadline_ms, deadline_ms=args.deadline_ms)
-        loop = PlannerLoop(config, InlineRunner(engine), publish=lambda _e: None, sink=sink)
+        config = RunSettings(period_ms=args.deadline_ms, deadline_ms=args.deadline_ms)
+        loop = PlannerLoop(config, InlineRunner(engine), publish=lambda _e: None, sink=sink,
+                           planning=load_planning(None))
         try:
             for i in range(warm):
                 now = loop.clock()

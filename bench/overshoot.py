@@ -35,8 +35,9 @@ import numpy as np
 import psutil
 from benchio import emit_result
 
+from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
@@ -99,9 +100,9 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
         # After the worker is spawned (it resets its own scheduler anyway).
         state = apply_to_loop_thread(budget)
         loop = PlannerLoop(
-            PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
-                          publish_margin_ms=args.margin_ms, fallback=("rule", "stop")),
-            runner, publish=lambda env: None, sink=sink)
+            RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+                        publish_margin_ms=args.margin_ms, fallback=("rule", "stop")),
+            runner, publish=lambda env: None, sink=sink, planning=load_planning(None))
         loop.submit(InboundCommand("c0", CMD, loop.clock()))
         if not args.no_freeze:
             state["gc_frozen_objects"] = freeze_heap()

@@ -26,6 +26,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,9 @@ from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import ladder_model_path
 from robot_latency.plan.profile import load_profile
 from robot_latency.planner.budget import CpuBudget
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.replay import run_replay
-from robot_latency.planner.settings import RunSpec, build_run_config
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.records import read_records
 from robot_latency.streams import SHIPPED_DIR, CommandStream, read_stream
 
@@ -52,8 +53,9 @@ def _p(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def _run(spec: RunSpec, stream: CommandStream, *, speed: float, asap: bool) -> dict[str, Any]:
-    config, _ = build_run_config(spec)
+def _run(spec: RunSettings, stream: CommandStream, *, speed: float, asap: bool
+         ) -> dict[str, Any]:
+    config, _ = resolve_run(spec)
     summary = run_replay(config, stream, speed=speed, asap=asap)
     recs = [r for r in read_records(Path(spec.log_dir) / "cycles.jsonl") if not r.skipped]
     ttft = [r.ttft_ns / 1e6 for r in recs if r.ttft_ns is not None]
@@ -96,8 +98,8 @@ def cmd_prefix(args: argparse.Namespace) -> dict[str, Any]:
     data["output"]["schema"] = str(Path(profile.output.schema or "").resolve())
     alone = work / "alone.yaml"
     alone.write_text(yaml.safe_dump(data))
-    planner = PlannerConfig(mode="event", deadline_ms=args.deadline_ms,
-                            period_ms=args.deadline_ms, max_tokens=1)
+    planner = RunSettings(mode="event", deadline_ms=args.deadline_ms,
+                          period_ms=args.deadline_ms, max_tokens=1)
     # The planner was trained on 128-token prompts: a 2048-token context holds the prefix
     # (position-wise untrained, which changes no timing).
     ctx = {"n_ctx": 2048}
@@ -106,7 +108,7 @@ def cmd_prefix(args: argparse.Namespace) -> dict[str, Any]:
             "alone": (str(alone), ctx)}
     out: dict[str, Any] = {}
     for name, (prof, opts) in ways.items():
-        spec = RunSpec(planner=planner, log_dir=work / name, model=model, profile=prof,
+        spec = replace(planner, log_dir=work / name, model=model, profile=prof,
                        n_threads=args.n_threads, n_threads_batch=args.n_threads_batch,
                        engine_options=opts)
         out[name] = _run(spec, stream, speed=1.0, asap=True)
@@ -123,7 +125,7 @@ def cmd_threads(args: argparse.Namespace) -> dict[str, Any]:
     stream = CommandStream(name=full.name, source=full.source,
                            commands=full.commands[: args.max_commands or None],
                            topic=full.topic)
-    planner = PlannerConfig(mode="event", deadline_ms=400.0, period_ms=500.0)
+    planner = RunSettings(mode="event", deadline_ms=400.0, period_ms=500.0)
     work = Path(tempfile.mkdtemp(prefix="bench-threads-"))
     configs = {
         "old default (1/1, unpinned)": dict(n_threads=1, n_threads_batch=1),
@@ -134,7 +136,7 @@ def cmd_threads(args: argparse.Namespace) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for i, (name, kw) in enumerate(configs.items()):
-        spec = RunSpec(planner=planner, log_dir=work / str(i), model=model, **kw)
+        spec = replace(planner, log_dir=work / str(i), model=model, **kw)
         out[name] = _run(spec, stream, speed=args.speed, asap=False)
         sys.stderr.write(f"{name}: {out[name]}\n")
     return {"model": model, "stream": "steady_operator", "speed": args.speed,

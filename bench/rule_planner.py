@@ -15,6 +15,7 @@ from benchio import emit_result
 
 from robot_latency.models.corpus import CorpusConfig, generate_corpus
 from robot_latency.plan.rules import rule_plan
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 
 
@@ -25,7 +26,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     commands = [c.text for c in generate_corpus(CorpusConfig()).heldout][: args.commands]
-    chain = FallbackChain(("rule", "hold", "stop"))
+    chain = FallbackChain(("rule", "hold", "stop"), hold_max_age_ms=RunSettings().hold_max_age_ms)
     rule_ns: list[int] = []
     chain_ns: list[int] = []
     read = 0

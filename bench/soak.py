@@ -19,6 +19,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,10 @@ import psutil
 from benchio import emit_result
 
 from robot_latency.planner.budget import CpuBudget, parse_cpu_list
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.planner.resolve import ResolvedRun, resolve_run
 from robot_latency.records import read_records
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
@@ -44,7 +46,7 @@ def _pcts(values: list[float]) -> dict[str, float]:
     return {"p50": float(p50), "p99": float(p99), "max": float(arr.max()), "n": int(arr.size)}
 
 
-def _run(args: argparse.Namespace, config: RunConfig, *, per_cycle: Any = None) -> dict[str, Any]:
+def _run(args: argparse.Namespace, config: ResolvedRun, *, per_cycle: Any = None) -> dict[str, Any]:
     rss: list[int] = []
     procs: list[psutil.Process] = []
     with PlannerRun(config, publish=lambda env: None) as run:
@@ -128,13 +130,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"soak-{args.what}-")) / "run"
-    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
-    cpu = CpuBudget(loop_cpus=args.loop_cpus, loop_priority=args.loop_priority)
+    settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
+                           log_dir=log_dir,
+                           cpu=CpuBudget(loop_cpus=args.loop_cpus,
+                                         loop_priority=args.loop_priority))
     if args.what == "flood":
-        config = RunConfig(planner=planner, log_dir=log_dir, engine="sim",
-                           engine_options={"device": "orin-nano-4gb", "efficiency": 0.05},
-                           model="qwen2.5-0.5b", quant="Q4_K_M", host_device="orin-nano-4gb",
-                           target_device="orin-nano-4gb", cpu=cpu)
+        config, _ = resolve_run(replace(
+            settings, engine="sim", engine_options={"efficiency": 0.05}, model="qwen2.5-0.5b",
+            quant="Q4_K_M", target_device="orin-nano-4gb"))
 
         def flood(run: PlannerRun, rec: Any) -> None:
             for i in range(args.flood_x):
@@ -143,10 +146,8 @@ def main() -> int:
 
         out = _run(args, config, per_cycle=flood)
     else:
-        options = {"n_threads": args.n_threads, "model_path": args.model}
-        config = RunConfig(planner=planner, log_dir=log_dir, engine="llamacpp",
-                           engine_options=options, model=args.model or None,
-                           host_device="host", target_device="orin-nano-8gb", cpu=cpu)
+        config, _ = resolve_run(replace(settings, engine="llamacpp", model=args.model or None,
+                                        n_threads=args.n_threads))
         killed: dict[str, int] = {}
 
         def kill(run: PlannerRun, rec: Any) -> None:

@@ -8,11 +8,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
 
 Clock = Callable[[], int]
 
 #: The default clock: monotonic, nanoseconds, highest resolution available.
 DEFAULT_CLOCK: Clock = time.perf_counter_ns
+
+
+@runtime_checkable
+class WaitingClock(Protocol):
+    """A clock that waits in its own time (a scripted clock moves forward instead of sleeping)."""
+
+    def __call__(self) -> int: ...
+
+    def sleep_until(self, target_ns: int) -> None: ...
+
+
+def sleep_until_for(clock: Clock) -> Callable[[int], None]:
+    """Return how to wait until ``target_ns`` on ``clock``: its own ``sleep_until`` when it has
+    one (:class:`WaitingClock`), else a real sleep for the time left on it."""
+    if isinstance(clock, WaitingClock):
+        return clock.sleep_until
+
+    def real(target_ns: int) -> None:
+        delay = target_ns - clock()
+        if delay > 0:
+            time.sleep(delay / 1e9)
+    return real
 
 
 class ScriptedClock:
@@ -44,3 +67,8 @@ class ScriptedClock:
     def now(self) -> int:
         """Return the current time without counting a call."""
         return self._now_ns
+
+    def sleep_until(self, target_ns: int) -> None:
+        """Wait until ``target_ns``: move there at once (never back)."""
+        if target_ns > self._now_ns:
+            self._now_ns = int(target_ns)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.planner.config import DEFAULT_TARGET_DEVICE, RunSettings
 from robot_latency.progress import CycleLogFollower, CycleProgress
 from robot_latency.rosenv import localhost_env
 
@@ -190,11 +191,11 @@ class MainJob:
     mode: str = "event"
     deadline_ms: float = 400.0
     period_ms: float = 500.0
-    device: str = "orin-nano-8gb"
+    device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     context_tokens: int = 32
     profile: str = ""
-    on_new_command: str = "queue"
+    on_new_command: str = RunSettings().on_new_command
 
 
 def main_job(job: MainJob, say: Callable[[str], None]) -> Path:

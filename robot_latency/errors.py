@@ -12,3 +12,18 @@ from __future__ import annotations
 
 class RobotLatencyError(Exception):
     """Base of every error the project raises on purpose; its message names what was wrong."""
+
+
+class SettingsError(RobotLatencyError, ValueError):
+    """A run setting that cannot be used (a flag's or a ROS parameter's value).
+
+    Attributes:
+        name: the setting at fault (a field of ``RunSettings`` or of ``CpuBudget``); each front
+            end maps it to its flag or parameter without reading the message.
+        message: what is wrong, without the name.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message

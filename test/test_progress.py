@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.replay import planned_cycles, run_replay
-from robot_latency.planner.session import RunConfig
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.progress import CycleLogFollower, CycleProgress
 from robot_latency.records import CycleRecord, JsonlSink, read_records
 from robot_latency.streams import Command, CommandStream
@@ -69,14 +70,14 @@ def test_planned_cycles_is_what_a_replay_runs(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     stream = CommandStream(name="test", source="test", topic=None, commands=[
         Command(t_ns=t * MS, text="stop", command_id=f"c{i}") for i, t in enumerate((0, 150))])
-    planner = PlannerConfig(period_ms=100, deadline_ms=60)
+    planner = RunSettings(period_ms=100, deadline_ms=60)
     assert planned_cycles(planner, stream, asap=True) == 2
-    assert planned_cycles(PlannerConfig(period_ms=100, deadline_ms=60, mode="event"),
+    assert planned_cycles(RunSettings(period_ms=100, deadline_ms=60, mode="event"),
                           stream) == 2
     assert planned_cycles(planner, stream) == 3  # ticks at 0 and 100 ms, one after
     assert planned_cycles(planner, stream, speed=0.5) == 5  # 150 ms plays as 300 ms
-    cfg = RunConfig(planner=planner, log_dir=tmp_path / "run", engine="sim", runner="inline",
-                    engine_options={"device": "orin-agx-64gb"})
+    cfg, _ = resolve_run(replace(planner, log_dir=tmp_path / "run", engine="sim",
+                                 runner="inline", engine_options={"device": "orin-agx-64gb"}))
     summary = run_replay(cfg, stream, progress=True)
     assert summary["cycles"] == len(read_records(tmp_path / "run" / "cycles.jsonl")) == 3
     assert "misses=" not in capsys.readouterr().err  # stderr is not a terminal here

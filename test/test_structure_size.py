@@ -18,11 +18,6 @@ MAX_LINES = 450
 #: What the module docstring of a longer module must say.
 REASON = "Over 450 lines because"
 
-#: Modules being split on another branch right now (over the limit on this one). Listed here, not
-#: skipped: each must still be over the limit, so the entry goes when its split is merged.
-PENDING_SPLIT = {"planner/session.py", "ros/params.py", "cli/run.py"}
-
-
 def too_long(package: Path = PACKAGE) -> dict[str, int]:
     """Return {path under the package: lines} of the modules over the limit without a reason."""
     out = {}
@@ -38,17 +33,11 @@ def too_long(package: Path = PACKAGE) -> dict[str, int]:
 
 
 def test_no_module_over_the_limit_without_a_reason() -> None:
-    bad = {p: n for p, n in too_long().items() if p not in PENDING_SPLIT}
+    bad = too_long()
     assert not bad, (
         f"modules over {MAX_LINES} lines: split them by responsibility, or start the module "
         f"docstring with {REASON!r} and the reason:\n"
         + "\n".join(f"  robot_latency/{p}: {n} lines" for p, n in bad.items()))
-
-
-def test_pending_splits_are_still_pending() -> None:
-    """An entry of PENDING_SPLIT whose module is now short (or gone) is stale: remove it."""
-    stale = sorted(PENDING_SPLIT - set(too_long()))
-    assert not stale, f"no longer over {MAX_LINES} lines, remove from PENDING_SPLIT: {stale}"
 
 
 def test_the_check_counts_lines_and_reads_the_reason(tmp_path: Path) -> None:

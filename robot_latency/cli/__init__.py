@@ -14,12 +14,24 @@ import sys
 from collections.abc import Sequence
 
 from robot_latency import __version__
-from robot_latency.cli import demo, doctor, fleet, floor, models, predict, run, streams
+from robot_latency.cli import (
+    demo,
+    doctor,
+    fleet,
+    floor,
+    models,
+    predict,
+    profiles,
+    report,
+    run,
+    streams,
+    sweep,
+)
 from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
 #: Command modules, in the order their commands appear in ``--help``.
-GROUPS = (floor, predict, run, models, streams, demo, doctor, fleet)
+GROUPS = (floor, predict, run, sweep, report, profiles, models, streams, demo, doctor, fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, nonneg_int, split_list
 from robot_latency.demo import MainJob, main_job
+from robot_latency.planner.config import ON_NEW_COMMAND
 
 _D = MainJob()  # the defaults, written once
 
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default=None, help="planner profile (default: bundled-actions)")
     p.add_argument("--context", type=nonneg_int, default=_D.context_tokens,
                    help="context tokens for the floor table")
-    p.add_argument("--on-new-command", default=_D.on_new_command, choices=("queue", "preempt"),
+    p.add_argument("--on-new-command", default=_D.on_new_command, choices=ON_NEW_COMMAND,
                    help="a command arriving while the model works on an older one waits "
                         "(queue) or aborts it, the older recorded as superseded (preempt); "
                         "default %(default)s")

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
-from robot_latency.planner.config import MODES, PlannerConfig
+from robot_latency.engines.openai_config import SERVER_APIS
+from robot_latency.planner.config import MODES, RunSettings
 from robot_latency.report.table import fmt, pct
 
 
@@ -24,6 +25,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     from robot_latency.cli.run import check_server_at_start
+    from robot_latency.cli.settings import settings_from_flags
     from robot_latency.planner.fleet import FleetSpec, run_fleet
     from robot_latency.streams import read_stream
 
@@ -37,17 +39,17 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         stream = replace(stream, commands=stream.commands[: args.max_commands])
-    planner = PlannerConfig(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
-                            mode=args.mode, publish_margin_ms=args.publish_margin_ms)
-    spec = FleetSpec(server_url=args.server_url, sizes=sizes, out=out, planner=planner,
-                     server_model=args.server_model, server_api=args.server_api,
-                     profile=args.profile, arrivals=args.arrivals, rate_hz=args.rate_hz,
-                     seed=args.seed, speed=args.speed)
+    settings = settings_from_flags(
+        period_ms=args.period_ms, deadline_ms=args.deadline_ms, mode=args.mode,
+        publish_margin_ms=args.publish_margin_ms, server_url=args.server_url,
+        server_model=args.server_model, server_api=args.server_api, profile=args.profile)
+    spec = FleetSpec(sizes=sizes, out=out, settings=settings, arrivals=args.arrivals,
+                     rate_hz=args.rate_hz, seed=args.seed, speed=args.speed)
     doc = run_fleet(spec, stream)
     from robot_latency.report.fleet_plot import plot_fleet
 
     doc["plot"] = str(plot_fleet(doc["sizes"], out / "fleet.png",
-                                 deadline_ms=planner.deadline_ms))
+                                 deadline_ms=settings.deadline_ms))
     if args.json:
         emit_json(doc)
         return 0
@@ -67,7 +69,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``fleet`` command to the ``robot-latency`` parser."""
-    defaults = PlannerConfig()
+    defaults = RunSettings()
     p = sub.add_parser(
         "fleet", help="N robots' streams at once against one server; misses and tails vs N",
         description="Replays the stream for N robots at once (each with its own arrival offset "
@@ -80,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
     p.add_argument("--out", required=True, help="fleet directory to create")
     p.add_argument("--server-model", default="", help="model name (default: the first listed)")
-    p.add_argument("--server-api", default="completions", choices=("completions", "chat"))
+    p.add_argument("--server-api", default=defaults.server_api, choices=SERVER_APIS)
     p.add_argument("--profile", default=None, help="planner profile (default bundled-actions)")
     p.add_argument("--arrivals", default="offset", choices=("offset", "poisson"),
                    help="offset: the recorded times, robot i shifted by i*period/N; poisson: "

@@ -28,6 +28,7 @@ from robot_latency.floor.target import (
     resolve_calibration,
     with_published_size,
 )
+from robot_latency.planner.config import DEFAULT_TARGET_DEVICE
 from robot_latency.report.table import fmt
 
 __all__ = ["register"]
@@ -188,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="itl = floor / efficiency + overhead, calibrated per engine family and "
                     "device from the published table (or --calibration). --validate: predict "
                     "every table row from a fit without it.")
-    p.add_argument("--device", default="orin-nano-8gb", help="device profile id")
+    p.add_argument("--device", default=DEFAULT_TARGET_DEVICE, help="device profile id")
     p.add_argument("--model", default="qwen2.5-0.5b", help="GGUF path or preset id")
     p.add_argument("--quant", default=None,
                    help=f"level: of a preset, its quant (MLC q4f16 and 4-bit AWQ: Q4_0); of a "

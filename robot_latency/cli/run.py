@@ -1,5 +1,5 @@
-"""``run``, ``sweep``, ``report``, ``summarize`` and ``profiles``: replay command streams through
-the planner, compare configurations, and list the planner profiles."""
+"""``run``: replay a command stream through the planner into a run directory. The flags of a
+run (shared with ``sweep``) and their settings are here too."""
 
 from __future__ import annotations
 
@@ -16,24 +16,18 @@ from robot_latency.cli.common import (
     nonneg_int,
     positive_int,
     render_table,
-    split_list,
 )
+from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
-from robot_latency.planner.config import MODES, ON_NEW_COMMAND, PlannerConfig
-from robot_latency.records import read_records
+from robot_latency.planner.config import (
+    HYBRID_POLICIES,
+    MODES,
+    ON_NEW_COMMAND,
+    RUNNERS,
+    RunSettings,
+)
 from robot_latency.report.table import fmt
-from robot_latency.stats import summarize, write_summary
-
-
-def cmd_summarize(args: argparse.Namespace) -> int:
-    path = Path(args.cycles)
-    summary = summarize(read_records(path))
-    if args.out:
-        write_summary(summary, args.out)
-    if args.json or not args.out:
-        emit_json(summary)
-    return 0
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -56,7 +50,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-def _read_stream(args: argparse.Namespace) -> Any:
+def read_stream_arg(args: argparse.Namespace) -> Any:
+    """Return the command stream the flags name (--stream, --topic, --state-topic)."""
     from robot_latency.streams import read_stream
 
     return read_stream(args.stream, topic=args.topic, state_topic=args.state_topic,
@@ -85,49 +80,50 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
         echo(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")
 
 
-#: The flag of each run setting whose name differs.
-_FLAG_OF = {"draft_model": "--draft", "draft_k": "--draft-k", "profile": "--profile",
-            "server_url": "--server-url", "server_api": "--server-api",
-            "hybrid_policy": "--hybrid-policy"}
+def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
+                       quant: str | None, device: str, deadline_ms: float, period_ms: float,
+                       label: str | None) -> RunSettings:
+    """Return one configuration's settings from the flags (a sweep point: the axes given).
+
+    Raises:
+        UsageError: a bad value; the message names its flag.
+    """
+    from robot_latency.cli.settings import settings_from_flags, usage_error
+    from robot_latency.planner.config import SettingsError
+
+    try:
+        cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
+                        engine_nice=args.engine_nice, loop_priority=args.loop_priority)
+    except SettingsError as err:
+        raise usage_error(err) from err
+    return settings_from_flags(
+        period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
+        max_tokens=args.max_tokens, fallback=tuple(f.strip() for f in args.fallback.split(",")),
+        publish_margin_ms=args.publish_margin_ms, on_new_command=args.on_new_command,
+        log_dir=out, engine=engine, model=args.model, quant=quant, profile=args.profile,
+        draft_model=args.draft, draft_k=args.draft_k or 0, target_device=device,
+        n_threads=args.n_threads, n_threads_batch=args.n_threads_batch,
+        n_gpu_layers=args.n_gpu_layers, engine_options=_engine_options(args), cpu=cpu,
+        runner=args.runner, engine_family=args.engine_family, calibration=args.calibration,
+        label=label, server_url=args.server_url, server_model=args.server_model,
+        server_api=args.server_api, hybrid_policy=args.hybrid_policy,
+        extra={"stream": {"path": str(args.stream), "name": stream.name,
+                          "topic": stream.topic, "commands": len(stream.commands),
+                          "skipped_lines": list(stream.skipped_lines)},
+               "replay": {"mode": "asap" if args.asap else "recorded",
+                          "speed": None if args.asap else args.speed}})
 
 
 def run_config_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
                          quant: str | None, device: str, deadline_ms: float,
                          period_ms: float, label: str | None,
                          cores: frozenset[int] | None = None) -> Any:
-    """Build one configuration's RunConfig with the settings builder the node uses too."""
-    from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
+    """Resolve one configuration's run with the builder the nodes use too."""
+    from robot_latency.cli.settings import resolve_or_usage
 
-    planner = PlannerConfig(period_ms=period_ms, deadline_ms=deadline_ms, mode=args.mode,
-                            max_tokens=args.max_tokens,
-                            fallback=tuple(f.strip() for f in args.fallback.split(",")),
-                            publish_margin_ms=args.publish_margin_ms,
-                            on_new_command=args.on_new_command)
-    cpu = CpuBudget(loop_cpus=args.loop_cpus, engine_cpus=args.engine_cpus,
-                    engine_nice=args.engine_nice, loop_priority=args.loop_priority)
-    spec = RunSpec(planner=planner, log_dir=out, engine=engine, model=args.model, quant=quant,
-                   profile=args.profile, draft_model=args.draft, draft_k=args.draft_k or 0,
-                   target_device=device, n_threads=args.n_threads,
-                   n_threads_batch=args.n_threads_batch, n_gpu_layers=args.n_gpu_layers,
-                   engine_options=_engine_options(args), cpu=cpu, runner=args.runner,
-                   engine_family=args.engine_family, calibration=args.calibration,
-                   label=label, server_url=getattr(args, "server_url", ""),
-                   server_model=getattr(args, "server_model", ""),
-                   server_api=getattr(args, "server_api", "completions"),
-                   hybrid_policy=getattr(args, "hybrid_policy", "first_valid"),
-                   extra={"stream": {"path": str(args.stream), "name": stream.name,
-                                     "topic": stream.topic, "commands": len(stream.commands),
-                                     "skipped_lines": list(stream.skipped_lines)},
-                          "replay": {"mode": "asap" if args.asap else "recorded",
-                                     "speed": None if args.asap else args.speed}})
-    try:
-        run, notes = build_run_config(spec, cores=cores)
-    except SettingsError as err:  # name the flag, not the setting
-        flag = _FLAG_OF.get(err.name, err.name)
-        raise UsageError(f"{flag}: {str(err).split(': ', 1)[1]}") from err
-    for note in notes:
-        sys.stderr.write(f"note: {note}\n")
-    return run
+    return resolve_or_usage(settings_from_args(
+        args, out, stream, engine=engine, quant=quant, device=device, deadline_ms=deadline_ms,
+        period_ms=period_ms, label=label), cores=cores)
 
 
 def check_server_at_start(engine: str, server_url: str) -> None:
@@ -136,7 +132,7 @@ def check_server_at_start(engine: str, server_url: str) -> None:
     The ROS node starts anyway and falls back until the server answers; an offline run has
     nothing to measure without it.
     """
-    from robot_latency.planner.settings import SERVER_ENGINES
+    from robot_latency.planner.resolve import SERVER_ENGINES
 
     if engine not in SERVER_ENGINES:
         return
@@ -151,7 +147,7 @@ def check_server_at_start(engine: str, server_url: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
 
-    stream = _read_stream(args)
+    stream = read_stream_arg(args)
     out = Path(args.out)
     check_server_at_start(args.engine, args.server_url)
     config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
@@ -172,153 +168,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from robot_latency.planner.replay import run_replay
-    from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
-
-    stream = _read_stream(args)
-    axes: dict[str, list[Any]] = {
-        "engine": split_list(args.engines) or [args.engine],
-        "quant": split_list(args.quants) or [args.quant],
-        "device": split_list(args.devices) or [args.device],
-        "deadline_ms": split_list(args.deadlines, float) or [args.deadline_ms],
-    }
-    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl}
-              for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
-              for dl in axes["deadline_ms"]]
-    varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
-    _check_sweep_axes(axes)  # every level, device and engine name, before anything
-    out = Path(args.out)
-    # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
-    # a bad setting or a level that cannot be built stops the sweep before it spends a run.
-    run_dirs, configs = [], []
-    for point in points:
-        label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
-                         for k in varied)
-        run_dir = out / label.replace(" ", "_").replace("/", "-")
-        run_dirs.append(run_dir)
-        configs.append((run_dir, run_config_from_args(
-            args, run_dir, stream, engine=point["engine"], quant=point["quant"],
-            device=point["device"], deadline_ms=point["deadline_ms"],
-            period_ms=max(args.period_ms, point["deadline_ms"]), label=label)))
-    todo = []
-    for run_dir, config in configs:
-        if _sweep_point_done(run_dir, args.stream):
-            sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
-        else:
-            todo.append(config)
-    for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
-                       disable=not sys.stderr.isatty() and not args.progress):
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
-    # Plans are compared against the highest precision (report.compare.choose_reference).
-    rows = compare_runs(run_dirs)
-    to_csv(rows, out / "comparison.csv")
-    to_json(rows, out / "comparison.json")
-    echo(to_markdown(rows))
-    echo(f"\nruns and comparison.csv / comparison.json in {out}")
-    return 0
+_PC = RunSettings()  # the defaults, written once
 
 
-def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
-    """Refuse a bad level, device or engine name before any point runs (one line naming it)."""
-    from robot_latency.engines import ENGINES  # importing the package registers them
-    from robot_latency.floor.devices import get_device
-    from robot_latency.floor.errors import FloorError
-    from robot_latency.models.ladder import VALID_QUANTS
-
-    for quant in axes["quant"]:
-        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
-            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
-                             f"{', '.join(VALID_QUANTS)}")
-    for device in axes["device"]:
-        try:
-            get_device(device)
-        except FloorError as err:
-            raise UsageError(f"--devices: {err}") from err
-    for engine in axes["engine"]:
-        if engine not in ENGINES:
-            raise UsageError(f"--engines: unknown engine {engine!r}; known: "
-                             f"{', '.join(sorted(ENGINES))}")
-
-
-def _sweep_point_done(run_dir: Path, stream: str) -> bool:
-    """Whether a sweep point's directory holds a finished run of the same stream.
-
-    A directory left by an interrupted point (not finished) is moved aside to
-    ``<sweep>/.incomplete/`` (kept, never deleted), so the point runs again. A finished run of
-    another stream is refused.
-    """
-    import json
-    import time
-
-    manifest_path = run_dir / "manifest.json"
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        return False
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
-    if manifest.get("status") == "finished" and (run_dir / "cycles.jsonl").is_file():
-        done_stream = (manifest.get("stream") or {}).get("path")
-        if done_stream not in (None, str(stream)):
-            raise UsageError(f"--out: {run_dir} holds a finished run of another stream "
-                             f"({done_stream}); choose a new directory")
-        return True
-    aside = run_dir.parent / ".incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    run_dir.rename(aside)
-    sys.stderr.write(f"note: {run_dir} was not finished; moved to {aside}, running it again\n")
-    return False
-
-
-def cmd_profiles(args: argparse.Namespace) -> int:
-    from robot_latency.plan.profile import load_profile, shipped_profiles
-
-    profiles = [load_profile(str(path)) for path in shipped_profiles().values()]
-    if args.json:
-        emit_json([{"name": p.name, "description": p.description, "path": p.source,
-                    "chat_format": p.chat_format, "contract": p.output.contract,
-                    "normalize": p.normalize, "fallback_rule": p.fallback.rule}
-                   for p in profiles])
-        return 0
-    echo(render_table(["name", "chat format", "output", "normalize", "rule fallback",
-                       "description"],
-                      [[p.name, p.chat_format, p.output.contract, p.normalize,
-                        p.fallback.rule, p.description] for p in profiles]))
-    echo("\nA profile is named by its shipped name or by the path of a YAML file "
-         "(--profile, planner_profile).")
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from robot_latency.report.compare import compare_runs, to_markdown
-    from robot_latency.report.markdown import write_report
-
-    out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
-    # "report runs/ladder/*/ --out runs/ladder/report" run a second time: the glob now holds
-    # the report directory itself, which is no run.
-    runs = [r for r in args.runs if Path(r).resolve() != out.resolve()]
-    if len(runs) < len(args.runs):
-        sys.stderr.write(f"note: {out} is the report's own directory, not a run; left out\n")
-    if not runs:
-        raise UsageError("no run directories left besides the report's own --out")
-    args.runs = runs
-    report = write_report(args.runs, out, reference=args.reference)
-    echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
-    echo(f"\nreport: {report}")
-    if args.trace:
-        from robot_latency.report.trace import write_trace
-
-        echo(f"trace (Perfetto, chrome://tracing): {write_trace(args.runs, args.trace)}")
-    return 0
-
-
-_PC = PlannerConfig()  # the loop's defaults, written once
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Add the flags of one run (``run`` and ``sweep``)."""
     p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
     p.add_argument("--state-topic", default=None,
@@ -326,7 +180,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "line's state field)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL: skip bad lines (reported) instead of stopping")
-    p.add_argument("--engine", default="llamacpp",
+    p.add_argument("--engine", default=_PC.engine,
                    help="engine name: llamacpp (default), onnx, sim (predicts --device)")
     p.add_argument("--model", default=None,
                    help="GGUF path, 'planner' (default: the bundled planner), "
@@ -334,7 +188,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quant", default=None,
                    help="ladder level of --model (built on first use), or a preset's quant: "
                         + ", ".join(VALID_QUANTS))
-    p.add_argument("--device", default="orin-nano-8gb",
+    p.add_argument("--device", default=_PC.target_device,
                    help="target device profile (the sim engine simulates it)")
     p.add_argument("--profile", default=None,
                    help="planner profile: a shipped name (bundled-actions, instruct-json; see "
@@ -356,22 +210,22 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="draft GGUF for speculative decoding (llamacpp engine)")
     p.add_argument("--draft-k", type=positive_int, default=None,
                    help="tokens drafted per round (default: the engine's)")
-    p.add_argument("--runner", default="process", choices=("process", "inline"))
+    p.add_argument("--runner", default=_PC.runner, choices=RUNNERS)
     p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")
     p.add_argument("--engine-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the engine worker runs on (default: all but --loop-cpus, all "
                         "under --loop-priority)")
-    p.add_argument("--engine-nice", type=int, default=CpuBudget().engine_nice,
+    p.add_argument("--engine-nice", type=int, default=_PC.cpu.engine_nice,
                    help="niceness added to the engine worker (default %(default)s)")
-    p.add_argument("--loop-priority", type=int, default=CpuBudget().loop_priority,
+    p.add_argument("--loop-priority", type=int, default=_PC.cpu.loop_priority,
                    help="SCHED_FIFO priority 1-99 for the loop (needs rtprio rights); "
                         "0: normal scheduler (default)")
     p.add_argument("--deadline-ms", type=float, default=_PC.deadline_ms)
     p.add_argument("--period-ms", type=float, default=_PC.period_ms)
     p.add_argument("--publish-margin-ms", type=float, default=_PC.publish_margin_ms)
     p.add_argument("--mode", default=_PC.mode, choices=MODES)
-    p.add_argument("--max-tokens", type=nonneg_int, default=0,
+    p.add_argument("--max-tokens", type=nonneg_int, default=_PC.max_tokens,
                    help="most tokens per cycle (default 0: the profile's)")
     p.add_argument("--fallback", default=",".join(_PC.fallback),
                    help="fallback chain, in order (default %(default)s)")
@@ -387,11 +241,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "http://127.0.0.1:8000/v1")
     p.add_argument("--server-model", default="",
                    help="model name to ask the server for (default: the first it lists)")
-    p.add_argument("--server-api", default="completions", choices=("completions", "chat"),
+    p.add_argument("--server-api", default=_PC.server_api, choices=SERVER_APIS,
                    help="completions: the profile's rendered prompt; chat: its messages (the "
                         "server applies its chat template)")
-    p.add_argument("--hybrid-policy", default="first_valid",
-                   choices=("first_valid", "prefer_server"),
+    p.add_argument("--hybrid-policy", default=_PC.hybrid_policy, choices=HYBRID_POLICIES,
                    help="engine hybrid: publish the first valid plan, or the server's when it "
                         "is valid by the give-up time")
 
@@ -403,49 +256,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Replays a rosbag2 bag, a bare .mcap or a JSONL stream through the "
                     "deadline-enforced planner at the recorded pace (or --asap) and writes "
                     "OUT/cycles.jsonl, OUT/summary.json and OUT/manifest.json.")
-    _add_run_args(p)
+    add_run_args(p)
     p.add_argument("--label", default=None, help="name of this configuration in comparisons")
     p.add_argument("--out", required=True, help="run directory to create")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser(
-        "sweep", help="run several configurations on one stream and compare them",
-        description="Runs every combination of the given axes (--quants, --engines, --devices, "
-                    "--deadlines) on the same stream, one run directory each under OUT, then "
-                    "prints the comparison table and writes OUT/comparison.csv and .json. Every "
-                    "level, device and engine is checked before any runs; rerun into the same "
-                    "OUT to resume: finished points are skipped, an unfinished one is moved to "
-                    "OUT/.incomplete/ and run again.")
-    _add_run_args(p)
-    p.add_argument("--quants", default=None,
-                   help="comma-separated quant levels of --model (a GGUF's ladder, built on "
-                        "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
-                        "against the highest-precision one")
-    p.add_argument("--engines", default=None, help="comma-separated engine names")
-    p.add_argument("--devices", default=None, help="comma-separated target device ids")
-    p.add_argument("--progress", action="store_true",
-                   help="the sweep's bar even when stderr is not a terminal")
-    p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
-    p.add_argument("--out", required=True, help="sweep directory to create")
-    p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("report", help="compare run directories; write plots and report.md")
-    p.add_argument("runs", nargs="+", help="run directories (from robot-latency run)")
-    p.add_argument("--out", default=None, help="report directory (default: RUN0/../report)")
-    p.add_argument("--reference", default=None,
-                   help="label of the run plans are compared against (default: the highest "
-                        "precision: bits per weight, then F16 > Q8_0 > ...)")
-    p.add_argument("--trace", default=None, metavar="FILE.json",
-                   help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("profiles", help="list the shipped planner profiles")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_profiles)
-
-    p = sub.add_parser("summarize", help="summarise a cycles.jsonl into summary.json")
-    p.add_argument("cycles", help="path to a cycles.jsonl")
-    p.add_argument("--out", default=None, help="write summary.json here")
-    p.add_argument("--json", action="store_true", help="also print it")
-    p.set_defaults(func=cmd_summarize)

@@ -107,12 +107,16 @@ class OpenAIServerEngine(ClosesOnExit):
         clock: the injected clock.
         complete_check: ``(contract, text) -> bool``, True once the text is a complete valid
             plan (default :func:`plan_is_complete`).
+        contract: the planner profile's output contract, when the caller has the profile loaded
+            (the hybrid runner); None: loaded here from ``config.profile`` (the engine in a
+            worker process).
     """
 
     name = "openai"
 
     def __init__(self, config: OpenAIServerConfig, *, clock: Clock = DEFAULT_CLOCK,
-                 complete_check: Callable[[Any, str], bool] = plan_is_complete) -> None:
+                 complete_check: Callable[[Any, str], bool] = plan_is_complete,
+                 contract: Any = None) -> None:
         import httpx
         import openai
 
@@ -121,7 +125,8 @@ class OpenAIServerEngine(ClosesOnExit):
         self.config = config
         self.clock = clock
         self.complete_check = complete_check
-        self.contract = load_planning(config.profile).contract
+        self.contract = contract if contract is not None else \
+            load_planning(config.profile).contract
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="openai-engine",
                                         daemon=True)
@@ -423,11 +428,12 @@ class PendingGeneration:
 
 
 @register_engine("openai")
-def make_openai_engine(*, clock: Clock = DEFAULT_CLOCK, **options: Any) -> OpenAIServerEngine:
+def make_openai_engine(*, clock: Clock = DEFAULT_CLOCK, contract: Any = None,
+                       **options: Any) -> OpenAIServerEngine:
     """Create an :class:`OpenAIServerEngine` from keyword options (fields of
-    :class:`OpenAIServerConfig`)."""
+    :class:`OpenAIServerConfig`); ``contract``: the loaded profile's, if the caller has it."""
     try:
         config = OpenAIServerConfig(**options)
     except TypeError as err:
         raise EngineError(f"openai: {err}") from err
-    return OpenAIServerEngine(config, clock=clock)
+    return OpenAIServerEngine(config, clock=clock, contract=contract)

@@ -35,8 +35,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from robot_latency.errors import RobotLatencyError
-from robot_latency.planner.config import ConfigError
+from robot_latency.errors import RobotLatencyError, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +100,14 @@ class CpuBudget:
             cpus = tuple(getattr(self, name))
             object.__setattr__(self, name, cpus)
             if any(not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in cpus):
-                raise ConfigError(f"{name}={list(cpus)!r}: CPU numbers must be integers >= 0")
+                raise SettingsError(name, f"{list(cpus)!r}: CPU numbers must be integers >= 0")
             if len(set(cpus)) != len(cpus):
-                raise ConfigError(f"{name}={list(cpus)!r}: a CPU is listed twice")
+                raise SettingsError(name, f"{list(cpus)!r}: a CPU is listed twice")
         if not 0 <= self.engine_nice <= 19:
-            raise ConfigError(f"engine_nice={self.engine_nice!r}: must be 0..19")
+            raise SettingsError("engine_nice", f"{self.engine_nice!r}: must be 0..19")
         if not 0 <= self.loop_priority <= 99:
-            raise ConfigError(f"loop_priority={self.loop_priority!r}: must be 0 (normal "
-                              "scheduler) or a SCHED_FIFO priority 1..99")
+            raise SettingsError("loop_priority", f"{self.loop_priority!r}: must be 0 (normal "
+                                "scheduler) or a SCHED_FIFO priority 1..99")
 
     def check(self, available: frozenset[int] | None = None) -> None:
         """Raise :class:`BudgetError` for a core this process may not use."""

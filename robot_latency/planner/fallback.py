@@ -60,13 +60,13 @@ class FallbackChain:
 
     Args:
         names: the chain, in order.
-        hold_max_age_ms: ``hold``'s age limit.
+        hold_max_age_ms: ``hold``'s age limit (a run's setting, RunSettings.hold_max_age_ms).
         rule: the ``rule`` policy's planner; None leaves ``rule`` out of the chain (a profile
             whose vocabulary no keyword planner knows).
         stop_plan: the ``stop`` policy's plan.
     """
 
-    def __init__(self, names: Sequence[str], *, hold_max_age_ms: float = 1000.0,
+    def __init__(self, names: Sequence[str], *, hold_max_age_ms: float,
                  rule: RulePlanner | None = rule_plan_json,
                  stop_plan: Plan = STOP_STEP_PLAN) -> None:
         unknown = [n for n in names if n not in FALLBACK_NAMES]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.records import CycleRecord, read_records
 from robot_latency.stats import distribution, wilson_interval
 from robot_latency.streams import CommandStream
@@ -43,24 +43,20 @@ class FleetSpec:
     """What a fleet run replays, against which server.
 
     Args:
-        server_url: the shared server.
         sizes: fleet sizes to run, in order (e.g. (1, 2, 4, 8)).
         out: the fleet directory.
-        planner: each robot's loop configuration.
-        server_model, server_api, profile: as for the openai engine.
+        settings: each robot's settings: the loop's, the shared server's (``server_url``,
+            ``server_model``, ``server_api``) and the planner profile; each robot runs them
+            with engine ``openai``, the inline runner, and a run directory of its own.
         arrivals: ``offset`` or ``poisson`` (module docstring).
         rate_hz: the Poisson rate per robot (0: the stream's own mean rate).
         seed: robot ``i`` draws its Poisson arrivals with ``seed + i``.
         speed: replay speed factor of the recorded times.
     """
 
-    server_url: str
     sizes: tuple[int, ...]
     out: Path
-    planner: PlannerConfig
-    server_model: str = ""
-    server_api: str = "completions"
-    profile: str | None = None
+    settings: RunSettings
     arrivals: str = "offset"
     rate_hz: float = 0.0
     seed: int = 0
@@ -85,7 +81,7 @@ def robot_stream(stream: CommandStream, robot: int, n_robots: int, spec: FleetSp
         times = arrival_times_ns(len(commands), process="poisson",
                                  rate_hz=spec.rate_hz or own, seed=spec.seed + robot)
     else:
-        shift = round(robot * spec.planner.period_ns / n_robots)
+        shift = round(robot * spec.settings.period_ns / n_robots)
         times = [c.t_ns + shift for c in commands]
     moved = tuple(replace(c, t_ns=t, command_id=f"r{robot}:{c.command_id}")
                   for c, t in zip(commands, times, strict=True))
@@ -93,14 +89,13 @@ def robot_stream(stream: CommandStream, robot: int, n_robots: int, spec: FleetSp
 
 
 def _robot_config(spec: FleetSpec, run_dir: Path, robot: int, n: int) -> Any:
-    from robot_latency.planner.settings import RunSpec, build_run_config
+    from robot_latency.planner.resolve import resolve_run
 
-    run, _notes = build_run_config(RunSpec(
-        planner=spec.planner, log_dir=run_dir, engine="openai", runner="inline",
-        profile=spec.profile, server_url=spec.server_url, server_model=spec.server_model,
-        server_api=spec.server_api, label=f"robot {robot} of {n}",
+    run, _notes = resolve_run(replace(
+        spec.settings, log_dir=run_dir, engine="openai", runner="inline",
+        label=f"robot {robot} of {n}",
         extra={"fleet": {"robots": n, "robot": robot, "arrivals": spec.arrivals,
-                         "seed": spec.seed + robot, "server_url": spec.server_url}}))
+                         "seed": spec.seed + robot, "server_url": spec.settings.server_url}}))
     return run
 
 
@@ -174,8 +169,8 @@ def run_fleet(spec: FleetSpec, stream: CommandStream) -> dict[str, Any]:
         (spec.out / f"N{n}" / "fleet_summary.json").write_text(
             json.dumps(summary, indent=2) + "\n")
         results.append(summary)
-    doc = {"server_url": spec.server_url, "arrivals": spec.arrivals, "seed": spec.seed,
-           "deadline_ms": spec.planner.deadline_ms, "period_ms": spec.planner.period_ms,
+    doc = {"server_url": spec.settings.server_url, "arrivals": spec.arrivals, "seed": spec.seed,
+           "deadline_ms": spec.settings.deadline_ms, "period_ms": spec.settings.period_ms,
            "stream": stream.source, "sizes": results}
     (spec.out / "fleet.json").write_text(json.dumps(doc, indent=2) + "\n")
     return doc

@@ -23,11 +23,12 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
+from robot_latency.planner.config import HYBRID_POLICIES
 from robot_latency.planner.loop import Interrupt, Runner, RunOutcome
+from robot_latency.planner.runner import RunnerHealth
 
 log = logging.getLogger(__name__)
 
-HYBRID_POLICIES = ("first_valid", "prefer_server")
 
 
 def _side(trace: GenerationTrace | None, status: str, valid: bool,
@@ -69,7 +70,7 @@ class HybridRunner:
     """
 
     def __init__(self, onboard: Runner, server: Any, contract: Any, *,
-                 policy: str = "first_valid", clock: Clock = DEFAULT_CLOCK) -> None:
+                 policy: str, clock: Clock = DEFAULT_CLOCK) -> None:
         if policy not in HYBRID_POLICIES:
             raise ValueError(f"hybrid_policy={policy!r}: must be one of {HYBRID_POLICIES}")
         self.onboard, self.server, self.contract = onboard, server, contract
@@ -101,9 +102,7 @@ class HybridRunner:
             return
         with self._lock:
             if cycle == self._cycle and self._onboard_running:
-                abort = getattr(self.onboard, "request_abort", None)
-                if abort is not None:
-                    abort()
+                self.onboard.request_abort()
 
     def run(self, request: GenerationRequest, *, give_up_ns: int,
             interrupt: Interrupt | None = None) -> RunOutcome:
@@ -186,26 +185,31 @@ class HybridRunner:
 
     def collect_aborted(self, until_ns: int) -> GenerationTrace | None:
         """The onboard worker's partial trace of the request given up on last, if it has one."""
-        collect = getattr(self.onboard, "collect_aborted", None)
-        return collect(until_ns) if collect is not None else None
+        return self.onboard.collect_aborted(until_ns)
+
+    def request_abort(self) -> None:
+        """Stop the onboard generation (the server's request ends with its cycle)."""
+        self.onboard.request_abort()
+
+    def health(self) -> RunnerHealth:
+        """The onboard engine's load error; why the server did not answer at start-up."""
+        return RunnerHealth(load_error=self.onboard.health().load_error,
+                            server_check_error=self.server.check_error)
 
     @property
     def pid(self) -> int | None:
         """The onboard worker's process id, if it has one."""
-        return getattr(self.onboard, "pid", None)
-
-    @property
-    def server_check_error(self) -> str | None:
-        """Why the server did not answer at start-up (None: it did)."""
-        return self.server.check_error
+        return self.onboard.pid
 
     @property
     def restarts(self) -> int:
-        return int(getattr(self.onboard, "restarts", 0))
+        return self.onboard.restarts
+
+    @property
+    def worker_cpus(self) -> tuple[int, ...] | None:
+        return self.onboard.worker_cpus
 
     def close(self) -> None:
         """Stop the onboard worker and the server client."""
-        close = getattr(self.onboard, "close", None)
-        if close is not None:
-            close()
+        self.onboard.close()
         self.server.close()

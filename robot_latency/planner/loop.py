@@ -14,18 +14,17 @@ deadline passed while an earlier cycle overran are recorded as skipped misses, n
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
+from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
 from robot_latency.plan.actions import PlanParseError
 from robot_latency.plan.contract import complete_plan
-from robot_latency.plan.profile import Planning, load_planning
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.plan.profile import Planning
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
 from robot_latency.planner.margin import TransportMargin
@@ -69,39 +68,25 @@ def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
                    prefill_chunk_ns=chunks, phases_extra_ns=extra)
 
 
-def _sleep_until_factory(clock: Clock) -> Callable[[int], None]:
-    if isinstance(clock, ScriptedClock):
-        def scripted(target_ns: int) -> None:
-            now = clock.now()
-            if target_ns > now:
-                clock.advance(target_ns - now)
-        return scripted
-
-    def real(target_ns: int) -> None:
-        delay = target_ns - clock()
-        if delay > 0:
-            time.sleep(delay / 1e9)
-    return real
-
-
 class PlannerLoop:
     """The planner: cycles, deadline enforcement, fallback, records.
 
     Args:
-        config: the planner configuration.
+        config: the run's settings; the loop reads its loop fields
+            (:data:`~robot_latency.planner.config.LOOP_FIELDS`).
         runner: runs the engine (see :class:`InlineRunner`).
         publish: called with the plan envelope, exactly once per cycle.
         sink: called with each cycle's record before the next cycle starts.
         clock: the one clock (ns).
-        planning: the planner profile, loaded (prompt, output contract, fallback pieces);
-            None: the shipped default profile (the bundled planner's).
+        planning: the planner profile, loaded once by the builder (prompt, output contract,
+            fallback pieces).
         run_id: identifies this run in every record.
         floor: floor predictions copied into every record (host and target).
     """
 
-    def __init__(self, config: PlannerConfig, runner: Runner, *, publish: Publisher,
-                 sink: RecordSink, clock: Clock = DEFAULT_CLOCK,
-                 planning: Planning | None = None, run_id: str | None = None,
+    def __init__(self, config: RunSettings, runner: Runner, *, publish: Publisher,
+                 sink: RecordSink, planning: Planning, clock: Clock = DEFAULT_CLOCK,
+                 run_id: str | None = None,
                  floor: dict[str, Any] | None = None,
                  sleep_until: Callable[[int], None] | None = None) -> None:
         self.config = config
@@ -109,10 +94,10 @@ class PlannerLoop:
         self.publish = publish
         self.sink = sink
         self.clock = clock
-        self.planning = planning if planning is not None else load_planning()
+        self.planning = planning
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.floor = floor
-        self.sleep_until = sleep_until or _sleep_until_factory(clock)
+        self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
         self.fallback = FallbackChain(config.fallback, hold_max_age_ms=config.hold_max_age_ms,
                                       rule=self.planning.rule,
@@ -295,13 +280,10 @@ class PlannerLoop:
         if not self._partial_pending:
             return
         self._partial_pending = False
-        collect = getattr(self.runner, "collect_aborted", None)
-        if collect is None:
-            return
         until = self.clock() + self.partial_trace_wait_ns
         if self.config.mode == "periodic":
             until = min(until, rec.scheduled_ns + self.config.period_ns)
-        trace = collect(until)
+        trace = self.runner.collect_aborted(until)
         if trace is not None:
             self._copy_trace(rec, clip_trace(trace, self._given_up_ns))
 

@@ -6,7 +6,7 @@ machine over Fast DDS: about 2 ms at the median, 4-8 ms at p99, docs/REFERENCE.m
 margin"), so the loop gives up on the model ``publish_margin + transport_margin`` before the
 deadline.
 
-``transport_margin_ms`` (a :class:`~robot_latency.planner.config.PlannerConfig` field):
+``transport_margin_ms`` (a :class:`~robot_latency.planner.config.RunSettings` field):
 
 - ``>= 0``: that many ms, fixed (the CLI's ``run`` publishes to no middleware: 0).
 - ``< 0`` (the ROS node's default, ``-1``): measured. The node feeds this estimator what it can

@@ -19,10 +19,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.loop import PlannerLoop, Publisher
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.progress import CycleProgress
 from robot_latency.streams import CommandStream
 
@@ -34,7 +35,7 @@ def _arrivals(stream: CommandStream, start_ns: int, speed: float) -> list[Inboun
             for c in stream.commands]
 
 
-def planned_cycles(config: PlannerConfig, stream: CommandStream, *, speed: float = 1.0,
+def planned_cycles(config: RunSettings, stream: CommandStream, *, speed: float = 1.0,
                    asap: bool = False, tail_cycles: int = 1) -> int:
     """Return how many cycles a replay of ``stream`` runs: one per command (event mode, asap),
     else the ticks until the last command arrives plus ``tail_cycles``."""
@@ -85,7 +86,7 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
     return loop.run_periodic(n_cycles, start_ns=start, feed=feed, should_stop=should_stop)
 
 
-def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
+def run_replay(config: ResolvedRun, stream: CommandStream, *, speed: float = 1.0,
                asap: bool = False, publish: Publisher | None = None,
                handle_signals: bool = False, progress: bool = False) -> dict[str, Any]:
     """Replay ``stream`` into a new run directory; return its summary.
@@ -106,7 +107,7 @@ def run_replay(config: RunConfig, stream: CommandStream, *, speed: float = 1.0,
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
-    bar = CycleProgress(planned_cycles(config.planner, stream, speed=speed, asap=asap),
+    bar = CycleProgress(planned_cycles(config.settings, stream, speed=speed, asap=asap),
                         desc=config.label or "run", enabled=progress)
     try:
         with PlannerRun(config, publish=publish or (lambda envelope: None),

@@ -32,17 +32,58 @@ class RunOutcome:
 Interrupt = Callable[[], bool]
 
 
+@dataclass(frozen=True)
+class RunnerHealth:
+    """What the runner knows about its engine's health (the node's diagnostics report it).
+
+    Args:
+        load_error: why the engine did not load (None: it did).
+        server_check_error: why the engine's server did not answer its start-up check (None:
+            it did, or there is no server).
+    """
+
+    load_error: str | None = None
+    server_check_error: str | None = None
+
+
 class Runner(Protocol):
     """Runs one generation for the loop, giving up at a time the loop chooses.
 
     ``interrupt``: polled while the generation runs; when it returns True the generation is
     aborted at once and the outcome is ``preempted`` (a newer command arrived).
+
+    Every runner has all of this; a runner without a worker process answers ``pid`` None,
+    ``restarts`` 0, ``worker_cpus`` None and ``collect_aborted`` None.
     """
 
     def run(self, request: GenerationRequest, *, give_up_ns: int,
             interrupt: Interrupt | None = None) -> RunOutcome: ...
 
     def info(self) -> dict[str, Any]: ...
+
+    def close(self) -> None:
+        """Stop the engine (and its worker process); idempotent."""
+
+    def collect_aborted(self, until_ns: int) -> GenerationTrace | None:
+        """The partial trace of the request given up on last, waited for until ``until_ns``."""
+
+    def request_abort(self) -> None:
+        """Ask the generation running now to stop (from another thread)."""
+
+    def health(self) -> RunnerHealth:
+        """The engine's load and server-check errors."""
+
+    @property
+    def pid(self) -> int | None:
+        """The engine worker's process id (None: the engine runs in this process)."""
+
+    @property
+    def restarts(self) -> int:
+        """How often the engine worker was restarted."""
+
+    @property
+    def worker_cpus(self) -> tuple[int, ...] | None:
+        """The cores the engine worker is pinned to (None: not pinned, or no worker)."""
 
 
 class _AbortWhen:
@@ -66,6 +107,11 @@ class InlineRunner:
     never sees the exception.
     """
 
+    #: no worker process: nothing to restart, pin or wait for
+    pid: int | None = None
+    restarts = 0
+    worker_cpus: tuple[int, ...] | None = None
+
     def __init__(self, engine: Engine, *, clock: Clock = DEFAULT_CLOCK) -> None:
         self.engine = engine
         self.clock = clock
@@ -87,6 +133,17 @@ class InlineRunner:
     def close(self) -> None:
         """Close the engine (the runner owns it; idempotent)."""
         self.engine.close()
+
+    def collect_aborted(self, until_ns: int) -> GenerationTrace | None:
+        """None: an inline generation is over when :meth:`run` returns, nothing is left."""
+        return None
+
+    def request_abort(self) -> None:
+        """Nothing: an inline generation runs in the caller's thread and stops at its deadline
+        or at the loop's interrupt."""
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth(server_check_error=self.engine.info().get("check_error"))
 
 
 def outcome_of(trace: GenerationTrace, clock: Clock, give_up_ns: int, *,

@@ -25,7 +25,8 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace
-from robot_latency.planner.runner import Interrupt, RunOutcome, outcome_of
+from robot_latency.planner.config import DEFAULT_HANG_TIMEOUT_MS
+from robot_latency.planner.runner import Interrupt, RunnerHealth, RunOutcome, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class ProcessRunner:
     """
 
     def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
-                 hang_timeout_ms: float = 1000.0, load_timeout_s: float = 600.0,
+                 hang_timeout_ms: float = DEFAULT_HANG_TIMEOUT_MS, load_timeout_s: float = 600.0,
                  clock: Clock = DEFAULT_CLOCK, worker_nice: int = 5,
                  worker_cpus: tuple[int, ...] | None = None, spin_ms: float = 1.5) -> None:
         self.engine_name = engine_name
@@ -229,6 +230,10 @@ class ProcessRunner:
         log.warning("engine worker: %s; restarting", why)
         self.restarts += 1
         self._launch()
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth(load_error=self.load_error,
+                            server_check_error=self.engine_info.get("check_error"))
 
     @property
     def pid(self) -> int | None:

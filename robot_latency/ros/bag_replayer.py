@@ -39,7 +39,7 @@ from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
-from robot_latency.ros.params import ParamError
+from robot_latency.ros.param_spec import ParamError
 from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
 from robot_latency.ros.topics import ACK_TOPIC, COMMAND_TOPIC, PLAN_TOPIC
 from robot_latency.streams import CommandStream, StreamError, read_stream

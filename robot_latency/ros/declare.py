@@ -9,7 +9,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.node import Node
 
-from robot_latency.ros.params import ParamError, ParamSpec
+from robot_latency.ros.param_spec import ParamError, ParamSpec
 
 
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:

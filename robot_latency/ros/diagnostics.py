@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from robot_latency.errors import RobotLatencyError
+from robot_latency.errors import SettingsError
 from robot_latency.records import CycleRecord
 from robot_latency.stats import distribution, wilson_interval
 
@@ -27,8 +27,8 @@ ENGINE_FAULTS = ("engine_error", "engine_unavailable", "server_unreachable", "se
                  "server_malformed")
 
 
-class DiagnosticsError(RobotLatencyError, ValueError):
-    """A threshold out of range; the message names the parameter."""
+class DiagnosticsError(SettingsError):
+    """A threshold out of range; ``name`` is the parameter."""
 
 
 @dataclass(frozen=True)
@@ -58,20 +58,20 @@ class DiagnosticThresholds:
         for name in ("miss_rate_warn", "miss_rate_error"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise DiagnosticsError(f"{name}={value!r}: must be in [0, 1]")
+                raise DiagnosticsError(name, f"{value!r}: must be in [0, 1]")
         for name in ("ttft_p99_warn_ms", "ttft_p99_error_ms", "itl_p99_warn_ms",
                      "itl_p99_error_ms"):
             if getattr(self, name) < 0:
-                raise DiagnosticsError(f"{name}={getattr(self, name)!r}: must be >= 0 "
+                raise DiagnosticsError(name, f"{getattr(self, name)!r}: must be >= 0 "
                                        "(0: default)")
         pairs = (("miss_rate_warn", "miss_rate_error"), ("ttft_p99_warn_ms", "ttft_p99_error_ms"),
                  ("itl_p99_warn_ms", "itl_p99_error_ms"))
         for warn, error in pairs:
             w, e = getattr(self, warn), getattr(self, error)
             if w and e and w > e:
-                raise DiagnosticsError(f"{warn}={w!r}: must not exceed {error}={e!r}")
+                raise DiagnosticsError(warn, f"{w!r}: must not exceed {error}={e!r}")
         if self.diagnostics_window < 1:
-            raise DiagnosticsError(f"diagnostics_window={self.diagnostics_window!r}: "
+            raise DiagnosticsError("diagnostics_window", f"{self.diagnostics_window!r}: "
                                    "must be >= 1")
 
     def ttft_limits_ms(self, deadline_ms: float) -> tuple[float, float]:

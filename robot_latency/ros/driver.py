@@ -2,7 +2,7 @@
 
 Pure Python (no rclpy): the planner node hands it command texts from its subscription and gets
 plan envelopes and cycle records back through callbacks; everything else (engine worker, cycle
-log, manifest, summary) is :class:`~robot_latency.planner.session.PlannerRun`'s.
+log, manifest, summary) is :class:`~robot_latency.planner.lifecycle.PlannerRun`'s.
 
 Threads: the loop runs in one thread with the real clock (its waits are ``time.sleep`` against
 absolute scheduled times), pinned and prioritised by the run's CPU budget; the caller's thread
@@ -18,9 +18,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.session import PlannerRun, RunConfig, RunError
+from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.records import CycleRecord
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class PlannerDriver:
         RunError: the run cannot start (log directory, model, engine).
     """
 
-    def __init__(self, config: RunConfig, *, publish_plan: Callable[[dict[str, Any]], None],
+    def __init__(self, config: ResolvedRun, *, publish_plan: Callable[[dict[str, Any]], None],
                  on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
                  id_prefix: str = "cmd-", runner: Runner | None = None) -> None:
         self.max_cycles = max_cycles
@@ -154,12 +155,10 @@ class PlannerDriver:
     def engine_state(self) -> dict[str, Any]:
         """Return what diagnostics report about the engine (name, restarts, load error)."""
         runner = self.run.runner
-        return {"engine": self.run.config.engine,
-                "restarts": getattr(runner, "restarts", 0),
-                "load_error": getattr(runner, "load_error", None) or "",
-                "worker_pid": getattr(runner, "pid", None) or "",
-                "server_check_error": getattr(runner, "server_check_error", None)
-                or (getattr(runner, "engine_info", None) or {}).get("check_error") or ""}
+        health = runner.health()
+        return {"engine": self.run.config.engine, "restarts": runner.restarts,
+                "load_error": health.load_error or "", "worker_pid": runner.pid or "",
+                "server_check_error": health.server_check_error or ""}
 
     def __enter__(self) -> PlannerDriver:
         return self

@@ -107,7 +107,7 @@ class ManagedPlannerNode(CoreNode, LifecycleNode):
         self.last_error = None
         cfg = settings.run
         self.get_logger().info(f"configured: engine {cfg.engine} ({cfg.label}) loaded, "
-                               f"deadline {cfg.planner.deadline_ms:g} ms; "
+                               f"deadline {cfg.settings.deadline_ms:g} ms; "
                                f"{self.core.topics_line()}")
         return super().on_configure(state)
 

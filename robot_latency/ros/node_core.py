@@ -24,6 +24,7 @@ callbacks, no timer autostart).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -38,11 +39,10 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.margin import TransportMargin
-from robot_latency.planner.session import RunError, close_runner, make_runner
-from robot_latency.planner.settings import with_log_dir
+from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
@@ -94,7 +94,7 @@ class NodeStepError(RuntimeError):
         self.status = status
 
 
-def plan_qos(planner: PlannerConfig) -> QoSProfile:
+def plan_qos(planner: RunSettings) -> QoSProfile:
     """Return the plan publisher's QoS: reliable, and in periodic mode a deadline of one period.
 
     The deadline is the node's promise that a plan follows the previous one within a period;
@@ -232,14 +232,14 @@ class PlannerCore:
         self.settings, self.values = settings, dict(settings.values)
         self.thresholds = settings.diagnostics
         self.window = CycleWindow(settings.diagnostics.diagnostics_window)
-        self.tracker = DiagnosticsTracker(deadline_ms=cfg.planner.deadline_ms)
-        self._plan_pub = self._create_pub(String, PLAN_TOPIC, plan_qos(cfg.planner))
+        self.tracker = DiagnosticsTracker(deadline_ms=cfg.settings.deadline_ms)
+        self._plan_pub = self._create_pub(String, PLAN_TOPIC, plan_qos(cfg.settings))
         self._cycle_pub = self._create_pub(
             String, CYCLE_TOPIC, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
         self._subs = [
             self.node.create_subscription(
                 String, COMMAND_TOPIC, self._on_command,
-                QoSProfile(depth=max(10, cfg.planner.mailbox_capacity),
+                QoSProfile(depth=max(10, cfg.settings.mailbox_capacity),
                            reliability=ReliabilityPolicy.RELIABLE)),
             self.node.create_subscription(
                 String, STATE_TOPIC, self._on_state,
@@ -247,7 +247,7 @@ class PlannerCore:
         # The deadline is kept where the plan is received: the node measures its own transport
         # (loopback pings at start-up, then its own plans) into the loop's margin, which
         # outlives a run (the start-up loopback is measured once).
-        self.transport = TransportMargin(cfg.planner.margin_settings())
+        self.transport = TransportMargin(cfg.settings.margin_settings())
         if self.transport.measured:
             transport = self.transport
             self.probe = TransportProbe(self.node, PLAN_TOPIC, lambda: transport)
@@ -280,7 +280,9 @@ class PlannerCore:
         n = self.runs + 1
         cfg = self.settings.run
         if n > 1:
-            cfg = with_log_dir(cfg, activation_log_dir(cfg.log_dir, n))
+            # The same resolved run (its profile loaded once), in a directory of its own.
+            cfg = dataclasses.replace(cfg, settings=dataclasses.replace(
+                cfg.settings, log_dir=activation_log_dir(cfg.log_dir, n)))
         try:
             driver = PlannerDriver(cfg, publish_plan=self._publish_plan,
                                    on_record=self._on_record,

@@ -1,101 +1,56 @@
-"""The ROS parameters of the planner and bag-replayer nodes: declared once, validated in one place.
+"""The planner node's ROS parameters: declared once, validated in one place, turned into the run.
 
 Pure Python (no rclpy): each node declares the parameters of its table (:data:`PLANNER_PARAMS`
 here, :data:`~robot_latency.ros.replayer_params.REPLAYER_PARAMS`) with the default, description
 and range given there, reads them once, and builds its configuration with
 :func:`planner_settings` / :func:`~robot_latency.ros.replayer_params.replayer_settings`. Those
-raise :class:`ParamError`, whose message starts with the parameter's name, for any bad value.
-Runtime updates go through :func:`check_update`: only the diagnostics settings may change while
-the node runs; everything else builds the engine and the loop at start-up.
-
-Numbers are accepted as int, float or a numeric string (``--ros-args -p deadline_ms:=100`` gives
-an int; a launch argument gives a string), so the nodes declare them with dynamic typing and
-this module does the type check.
+raise :class:`~robot_latency.ros.param_spec.ParamError`, whose ``name`` is the parameter, for any
+bad value (a setting's error is mapped to its parameter by name: :data:`PARAM_OF`). Runtime
+updates go through :func:`check_update`: only the diagnostics settings may change while the node
+runs; everything else builds the engine and the loop at start-up. What a parameter is and how a
+value is type-checked: :mod:`robot_latency.ros.param_spec`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.errors import RobotLatencyError
-from robot_latency.plan.profile import ProfileError
-from robot_latency.planner.budget import CpuBudget, parse_cpu_list
-from robot_latency.planner.config import MODES, ON_NEW_COMMAND, ConfigError, PlannerConfig
+from robot_latency.planner.budget import CpuBudget
+from robot_latency.planner.config import (
+    DEFAULT_TARGET_DEVICE,
+    HYBRID_POLICIES,
+    MODES,
+    ON_NEW_COMMAND,
+    RunSettings,
+    SettingsError,
+)
 from robot_latency.planner.fallback import FALLBACK_NAMES
-from robot_latency.planner.session import RunConfig
-from robot_latency.planner.settings import RunSpec, SettingsError, build_run_config
-from robot_latency.ros.diagnostics import DiagnosticsError, DiagnosticThresholds
+from robot_latency.planner.resolve import ResolvedRun, resolve_run
+from robot_latency.ros.diagnostics import DiagnosticThresholds
+from robot_latency.ros.param_spec import ParamError, ParamSpec, coerce, coerce_or_none, typed_values
 
-#: Kinds of parameter value, as ROS names the types.
-KINDS = ("string", "integer", "double", "bool", "string_array", "cpu_list")
-
-#: Device profile when ``device_profile`` is ``auto`` and no Jetson is detected.
-DEFAULT_TARGET_DEVICE = "orin-nano-8gb"
-#: Settings of the builder whose ROS parameter has another name.
-_PARAM_OF = {"profile": "planner_profile"}
-
-
-class ParamError(RobotLatencyError, ValueError):
-    """A parameter value that cannot be used; the message starts with the parameter's name.
-
-    Attributes:
-        name: the parameter.
-    """
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"parameter {name!r}: {message}")
-        self.name = name
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One ROS parameter: name, default, kind, description, inclusive range or choices.
-
-    ``runtime`` says whether it may change while the node runs.
-    """
-
-    name: str
-    default: Any
-    kind: str
-    description: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
-    runtime: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"{self.name}: kind must be one of {KINDS}, got {self.kind!r}")
-
-    def constraints(self) -> str:
-        """Return the constraints in words (the descriptor's ``additional_constraints``)."""
-        parts = []
-        if self.low is not None or self.high is not None:
-            parts.append(f"range [{self.low}, {self.high}]")
-        if self.choices:
-            parts.append("one of " + ", ".join(self.choices))
-        parts.append("may change at run time" if self.runtime
-                     else "fixed at start-up (restart the node to change it)")
-        return "; ".join(parts)
+#: Settings (fields of RunSettings) whose ROS parameter has another name.
+PARAM_OF = {"profile": "planner_profile", "target_device": "device_profile"}
 
 
 def _spec(name: str, default: Any, kind: str, description: str, **kw: Any) -> ParamSpec:
     return ParamSpec(name, default, kind, description, **kw)
 
 
-_PC = PlannerConfig()  # the loop's own defaults, so the two cannot drift apart
+_PC = RunSettings()  # the run's own defaults, so the two cannot drift apart
 _DT = DiagnosticThresholds()
 
 #: The planner node's parameters, in declaration order.
 PLANNER_PARAMS: tuple[ParamSpec, ...] = (
-    _spec("engine", "llamacpp", "string", "registered engine name (llamacpp, sim, ...)"),
+    _spec("engine", _PC.engine, "string", "registered engine name (llamacpp, sim, ...)"),
     _spec("planner_profile", "", "string",
           "planner profile: a shipped name (bundled-actions, instruct-json; robot-latency "
           "profiles lists them) or a YAML path; empty: bundled-actions"),
@@ -145,13 +100,13 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "run directory (cycles.jsonl, manifest.json, summary.json); empty: "
           "$ROS_HOME/robot_latency/<timestamp>-<pid> ($ROS_HOME defaults to ~/.ros)"),
     _spec("label", "", "string", "name of this configuration in comparisons; empty: derived"),
-    _spec("n_threads", 0, "integer",
+    _spec("n_threads", _PC.n_threads, "integer",
           "engine decode threads; 0: one per core the engine has to itself (all but one when "
           "the loop is not pinned)", low=0, high=1024),
-    _spec("n_threads_batch", 0, "integer",
+    _spec("n_threads_batch", _PC.n_threads_batch, "integer",
           "engine prefill threads; 0: every core the engine may run on (all of them unless "
           "the loop is pinned on the normal scheduler)", low=0, high=1024),
-    _spec("n_gpu_layers", 0, "integer",
+    _spec("n_gpu_layers", _PC.n_gpu_layers, "integer",
           "layers offloaded to the GPU (a Jetson's CUDA build; -1: all; 0: CPU only)",
           low=-1, high=100_000),
     _spec("loop_cpus", "", "cpu_list",
@@ -160,16 +115,16 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("engine_cpus", "", "cpu_list",
           "CPUs the engine worker runs on; empty: all but loop_cpus when those are set and "
           "loop_priority is 0, else not pinned"),
-    _spec("engine_nice", CpuBudget().engine_nice, "integer",
+    _spec("engine_nice", _PC.cpu.engine_nice, "integer",
           "niceness added to the engine worker, so the loop wins a shared core", low=0,
           high=19),
-    _spec("loop_priority", CpuBudget().loop_priority, "integer",
+    _spec("loop_priority", _PC.cpu.loop_priority, "integer",
           "SCHED_FIFO priority of the loop's thread (1-99; needs an rtprio limit or "
           "CAP_SYS_NICE); 0: normal scheduler", low=0, high=99),
-    _spec("hang_timeout_ms", 1000.0, "double",
+    _spec("hang_timeout_ms", _PC.hang_timeout_ms, "double",
           "a generation still running this long past its give-up time is hung: the engine "
           "worker is restarted (ms)", low=1.0, high=600_000.0),
-    _spec("fsync", False, "bool", "fsync the cycle log after every record"),
+    _spec("fsync", _PC.fsync, "bool", "fsync the cycle log after every record"),
     _spec("max_cycles", 0, "integer",
           "stop cleanly after this many cycles (periodic) or commands (event); 0: run until "
           "stopped", low=0, high=2**31 - 1),
@@ -214,99 +169,16 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "node starts even when it does not answer, reports ERROR and falls back until it does"),
     _spec("server_model", "", "string",
           "model name to ask the server for; empty: the first one it lists"),
-    _spec("server_api", "completions", "string",
+    _spec("server_api", _PC.server_api, "string",
           "completions (the profile's rendered prompt) or chat (its messages)",
-          choices=("completions", "chat")),
-    _spec("hybrid_policy", "first_valid", "string",
+          choices=SERVER_APIS),
+    _spec("hybrid_policy", _PC.hybrid_policy, "string",
           "engine hybrid: first_valid (the first schema-valid plan) or prefer_server (the "
-          "server's when valid by the give-up time)", choices=("first_valid", "prefer_server")),
+          "server's when valid by the give-up time)", choices=HYBRID_POLICIES),
 )
 
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
 _BY_NAME = {s.name: s for s in PLANNER_PARAMS}
-
-
-# --- type and range checks --------------------------------------------------------------------
-def coerce(spec: ParamSpec, value: Any) -> Any:
-    """Return ``value`` as the spec's kind, checked against its range and choices.
-
-    Raises:
-        ParamError: wrong type, out of range, not one of the choices.
-    """
-    name, kind = spec.name, spec.kind
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise ParamError(name, f"expects true or false, got {value!r}")
-    if kind == "string":
-        if not isinstance(value, str):
-            raise ParamError(name, f"expects a string, got {value!r}")
-        if spec.choices and value not in spec.choices:
-            raise ParamError(name, f"{value!r} is not one of {', '.join(spec.choices)}")
-        return value
-    if kind == "string_array":
-        if isinstance(value, str):
-            items = [v.strip() for v in value.split(",") if v.strip()]
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            items = [v.strip() for v in value]
-        else:
-            raise ParamError(name, f"expects a list of strings or a comma-separated string, "
-                                   f"got {value!r}")
-        bad = [v for v in items if spec.choices and v not in spec.choices]
-        if bad or not items:
-            raise ParamError(name, f"{value!r}: must be a non-empty list of "
-                                   f"{', '.join(spec.choices) or 'strings'}")
-        return items
-    if kind == "cpu_list":
-        return _cpu_list(name, value)
-    number = _number(name, value, integer=kind == "integer")
-    if (spec.low is not None and number < spec.low) or (spec.high is not None
-                                                         and number > spec.high):
-        raise ParamError(name, f"{number!r} is out of range [{spec.low}, {spec.high}]")
-    return number
-
-
-def _cpu_list(name: str, value: Any) -> tuple[int, ...]:
-    try:
-        return parse_cpu_list(value)
-    except ValueError as err:
-        raise ParamError(name, str(err)) from None
-
-
-def _number(name: str, value: Any, *, integer: bool) -> int | float:
-    if isinstance(value, bool):
-        raise ParamError(name, f"expects a number, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = float(value) if not integer else int(value.strip())
-        except ValueError:
-            raise ParamError(name, f"expects {'an integer' if integer else 'a number'}, "
-                                   f"got {value!r}") from None
-    if integer:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int):
-            raise ParamError(name, f"expects an integer, got {value!r}")
-        return value
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ParamError(name, f"expects a finite number, got {value!r}")
-    return float(value)
-
-
-def typed_values(table: Sequence[ParamSpec], values: Mapping[str, Any]) -> dict[str, Any]:
-    """Return every parameter of ``table``: the given value, else the default, coerced.
-
-    Raises:
-        ParamError: a name not in the table, or a value of the wrong kind or out of range.
-    """
-    known = {s.name for s in table}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ParamError(unknown[0], f"is not a parameter of this node; known: "
-                                     f"{', '.join(sorted(known))}")
-    return {s.name: coerce(s, values.get(s.name, s.default)) for s in table}
 
 
 # --- planner ----------------------------------------------------------------------------------
@@ -315,7 +187,7 @@ class PlannerSettings:
     """Everything the planner node needs, built from its parameters.
 
     Args:
-        run: the planner run's configuration (loop config inside).
+        run: the resolved run (the settings, the loop's among them, inside).
         diagnostics: diagnostics thresholds (may change at run time).
         diagnostics_period_s: how often /diagnostics is published.
         max_cycles: stop after this many cycles; 0: until stopped.
@@ -323,7 +195,7 @@ class PlannerSettings:
         notes: things worth a log line (ignored options, defaults chosen).
     """
 
-    run: RunConfig
+    run: ResolvedRun
     diagnostics: DiagnosticThresholds
     diagnostics_period_s: float
     max_cycles: int
@@ -367,8 +239,14 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
         ParamError: any bad value; the message names the parameter.
     """
     v = typed_values(PLANNER_PARAMS, values)
+    target = resolve_device(v["device_profile"], sysfs_root=sysfs_root)
     try:
-        planner = PlannerConfig(
+        diagnostics = DiagnosticThresholds(**{f.name: v[f.name] for f in
+                                              dataclasses.fields(DiagnosticThresholds)})
+        log_dir = Path(v["log_dir"]).expanduser() if v["log_dir"].strip() else default_log_dir()
+        cpu = CpuBudget(loop_cpus=v["loop_cpus"], engine_cpus=v["engine_cpus"],
+                        engine_nice=v["engine_nice"], loop_priority=v["loop_priority"])
+        settings = RunSettings(
             period_ms=v["period_ms"], deadline_ms=v["deadline_ms"], mode=v["mode"],
             publish_margin_ms=v["publish_margin_ms"], max_tokens=v["max_tokens"],
             max_command_chars=v["max_command_chars"], fallback=tuple(v["fallback"]),
@@ -376,44 +254,22 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             grammar=v["grammar"], transport_margin_ms=v["transport_margin_ms"],
             transport_margin_floor_ms=v["transport_margin_floor_ms"],
             transport_margin_cap_ms=v["transport_margin_cap_ms"],
-            on_new_command=v["on_new_command"])
-        diagnostics = DiagnosticThresholds(**{f.name: v[f.name] for f in
-                                              dataclasses.fields(DiagnosticThresholds)})
-    except (ConfigError, DiagnosticsError) as err:
-        raise _named(err) from err
-    engine = v["engine"].strip()
-    if not engine:
-        raise ParamError("engine", "must not be empty")
-    target = resolve_device(v["device_profile"], sysfs_root=sysfs_root)
-    model: str | None = v["model"].strip() or None
-    quant: str | None = v["quant"].strip() or None
-    draft: str | None = v["draft_model"].strip() or None
-    log_dir = Path(v["log_dir"]).expanduser() if v["log_dir"].strip() else default_log_dir()
-    try:
-        cpu = CpuBudget(loop_cpus=v["loop_cpus"], engine_cpus=v["engine_cpus"],
-                        engine_nice=v["engine_nice"], loop_priority=v["loop_priority"])
-        spec = RunSpec(planner=planner, log_dir=log_dir, engine=engine, model=model,
-                       quant=quant, profile=v["planner_profile"].strip() or None,
-                       draft_model=draft, target_device=target, n_threads=v["n_threads"],
-                       n_threads_batch=v["n_threads_batch"], n_gpu_layers=v["n_gpu_layers"],
-                       engine_family=v["engine_family"].strip() or None,
-                       calibration=v["calibration"].strip() or None,
-                       cpu=cpu, runner="process", label=v["label"].strip() or None,
-                       hang_timeout_ms=v["hang_timeout_ms"], fsync=v["fsync"],
-                       extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]},
-                       server_url=v["server_url"].strip(),
-                       server_model=v["server_model"].strip(),
-                       server_api=v["server_api"].strip(),
-                       hybrid_policy=v["hybrid_policy"].strip())
-        run, notes = build_run_config(
-            spec, cores=frozenset(range(cpu_count)) if cpu_count else None)
+            on_new_command=v["on_new_command"], log_dir=log_dir, engine=v["engine"].strip(),
+            model=v["model"].strip() or None, quant=v["quant"].strip() or None,
+            profile=v["planner_profile"].strip() or None,
+            draft_model=v["draft_model"].strip() or None, target_device=target,
+            n_threads=v["n_threads"], n_threads_batch=v["n_threads_batch"],
+            n_gpu_layers=v["n_gpu_layers"], engine_family=v["engine_family"].strip() or None,
+            calibration=v["calibration"].strip() or None, cpu=cpu,
+            label=v["label"].strip() or None, hang_timeout_ms=v["hang_timeout_ms"],
+            fsync=v["fsync"],
+            extra={"front_end": "ros2 planner_node", "max_cycles": v["max_cycles"]},
+            server_url=v["server_url"].strip(), server_model=v["server_model"].strip(),
+            server_api=v["server_api"].strip(), hybrid_policy=v["hybrid_policy"].strip())
+        run, notes = resolve_run(
+            settings, cores=frozenset(range(cpu_count)) if cpu_count else None)
     except SettingsError as err:
-        raise ParamError(_PARAM_OF.get(err.name, err.name),
-                         str(err).split(": ", 1)[1]) from err
-    except ProfileError as err:
-        raise ParamError("planner_profile", str(err)) from err
-    except ConfigError as err:
-        raise _named(err) from err
+        raise named(err) from err
     except RobotLatencyError as err:  # a ladder level that cannot be built, a missing model
         raise ParamError("model", str(err)) from err
     return PlannerSettings(run=run, diagnostics=diagnostics,
@@ -421,13 +277,9 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
                            max_cycles=v["max_cycles"], values=v, notes=tuple(notes))
 
 
-def _named(err: Exception) -> ParamError:
-    """Turn a ``name=value: why`` config error into a ParamError naming the parameter."""
-    text = str(err)
-    name = text.split("=", 1)[0].strip()
-    if name not in PLANNER_NAMES:
-        name = "?"
-    return ParamError(name, text)
+def named(err: SettingsError) -> ParamError:
+    """Return a setting's error as a ParamError naming the parameter that sets it."""
+    return ParamError(PARAM_OF.get(err.name, err.name), err.message)
 
 
 @dataclass(frozen=True)
@@ -458,14 +310,6 @@ def check_update(current: Mapping[str, Any], changes: Mapping[str, Any]) -> Runt
     try:
         diagnostics = DiagnosticThresholds(**{f.name: merged[f.name] for f in
                                               dataclasses.fields(DiagnosticThresholds)})
-    except DiagnosticsError as err:
-        raise _named(err) from err
+    except SettingsError as err:
+        raise named(err) from err
     return RuntimeUpdate(diagnostics, merged["diagnostics_period_s"], merged)
-
-
-def coerce_or_none(spec: ParamSpec, value: Any) -> Any:
-    """Return the coerced value, or None where it does not coerce (for equality checks)."""
-    try:
-        return coerce(spec, value)
-    except ParamError:
-        return None

@@ -80,7 +80,7 @@ class PlannerNode(CoreNode, Node):
         except NodeStepError as err:
             self._fail(f"planner run could not start: {err}", err.status)
             return
-        cfg, p = settings.run, settings.run.planner
+        cfg, p = settings.run, settings.run.settings
         self.get_logger().info(
             f"planner ready: engine {cfg.engine} ({cfg.label}), target {cfg.target_device}, "
             f"{p.mode} mode, period {p.period_ms:g} ms, deadline {p.deadline_ms:g} ms; "

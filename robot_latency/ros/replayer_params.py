@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_latency.ros.params import ParamError, ParamSpec, typed_values
+from robot_latency.ros.param_spec import ParamError, ParamSpec, typed_values
 
 #: The bag replayer node's parameters, in declaration order.
 REPLAYER_PARAMS: tuple[ParamSpec, ...] = (

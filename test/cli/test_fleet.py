@@ -50,18 +50,18 @@ def test_fleet_writes_runs_summaries_and_plot(llama_server: Any, tmp_path: Path,
 
 
 def test_each_robot_has_arrivals_of_its_own(tmp_path: Path) -> None:
-    from robot_latency.planner.config import PlannerConfig
+    from robot_latency.planner.config import RunSettings
     from robot_latency.planner.fleet import FleetSpec, robot_stream
     from robot_latency.streams import read_stream
 
     stream = read_stream(str(_stream(tmp_path)))
-    planner = PlannerConfig(period_ms=300, deadline_ms=300)
-    offset = FleetSpec(server_url="http://x/v1", sizes=(4,), out=tmp_path, planner=planner)
+    settings = RunSettings(period_ms=300, deadline_ms=300, server_url="http://x/v1")
+    offset = FleetSpec(sizes=(4,), out=tmp_path, settings=settings)
     shifted = [robot_stream(stream, i, 4, offset) for i in range(4)]
     for i, s in enumerate(shifted):
         assert [c.t_ns for c in s.commands] == [c.t_ns + i * 75_000_000 for c in stream.commands]
         assert [c.text for c in s.commands] == [c.text for c in stream.commands]
-    poisson = FleetSpec(server_url="http://x/v1", sizes=(2,), out=tmp_path, planner=planner,
+    poisson = FleetSpec(sizes=(2,), out=tmp_path, settings=settings,
                         arrivals="poisson", rate_hz=5.0, seed=3)
     a, b = (robot_stream(stream, i, 2, poisson) for i in range(2))
     assert [c.t_ns for c in a.commands] != [c.t_ns for c in b.commands]

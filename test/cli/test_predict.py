@@ -11,9 +11,10 @@ import pytest
 from robot_latency.cli import main
 from robot_latency.clock import ScriptedClock
 from robot_latency.floor.calibration import read_calibration
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.replay import replay
-from robot_latency.planner.session import PlannerRun, RunConfig
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.records import read_records
 from robot_latency.streams import Command, read_stream, write_jsonl
 
@@ -114,13 +115,12 @@ def _sim_run(tmp_path: Path, name: str, model: str) -> Path:
             for i in range(6)]
     stream = read_stream(write_jsonl(tmp_path / f"{name}.jsonl", cmds))
     out = tmp_path / name
-    cfg = RunConfig(planner=PlannerConfig(period_ms=300, deadline_ms=250, max_tokens=24),
-                    log_dir=out, engine="sim", runner="inline",
-                    engine_options={"device": "orin-agx-64gb", "model": model, "quant": "Q4_K_M",
-                                    "efficiency": SIM_EFFICIENCY,
-                                    "overhead_ms": SIM_OVERHEAD_MS, "jitter_sigma": 0.0},
-                    model=model, quant="Q4_K_M", host_device="orin-agx-64gb",
-                    target_device="orin-nano-8gb", label=name)
+    cfg, _ = resolve_run(RunSettings(
+        period_ms=300, deadline_ms=250, max_tokens=24, log_dir=out, engine="sim",
+        runner="inline", engine_options={"device": "orin-agx-64gb",
+                                         "efficiency": SIM_EFFICIENCY,
+                                         "overhead_ms": SIM_OVERHEAD_MS, "jitter_sigma": 0.0},
+        model=model, quant="Q4_K_M", target_device="orin-nano-8gb", label=name))
     with PlannerRun(cfg, publish=lambda plan: None, clock=ScriptedClock(start_ns=10**9)) as run:
         replay(run.loop, stream)
         run.close()

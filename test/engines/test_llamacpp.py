@@ -20,7 +20,8 @@ from robot_latency.engines import EngineError, GenerationRequest, StopReason, cr
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.tokenizer import format_prompt
 from robot_latency.plan.actions import actions_gbnf, parse_actions
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 
@@ -50,8 +51,8 @@ def _req(cmd: str, **kw: object) -> GenerationRequest:
 def test_trace_timing_invariants_through_the_loop(engine) -> None:
     plans: list[dict] = []
     records = []
-    loop = PlannerLoop(PlannerConfig(period_ms=200, deadline_ms=150), InlineRunner(engine),
-                       publish=plans.append, sink=records.append)
+    loop = PlannerLoop(RunSettings(period_ms=200, deadline_ms=150), InlineRunner(engine),
+                       publish=plans.append, sink=records.append, planning=load_planning(None))
     for i, cmd in enumerate(COMMANDS):
         loop.submit(InboundCommand(f"c{i}", cmd, loop.clock()))
         loop.run_periodic(1)

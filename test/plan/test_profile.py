@@ -117,7 +117,7 @@ def test_rule_fallback_of_a_json_profile_gives_only_schema_valid_plans() -> None
     # Four steps break the schema's three: no answer, the chain goes on to hold and stop.
     assert planning.rule("pick the cup then go to the kitchen then put it on the table "
                          "then go to the garage") is None
-    chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule,
+    chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule, hold_max_age_ms=1000.0,
                           stop_plan=planning.stop_plan)
     policy, plan = chain.answer(FallbackContext(command="what is the weather", now_ns=0))
     assert policy == "stop"
@@ -160,7 +160,7 @@ def test_keyword_fallback_and_state_in_a_users_profile(tmp_path: Path) -> None:
 
 def test_without_a_rule_planner_the_chain_is_hold_then_stop(tmp_path: Path) -> None:
     planning = Planning(load_profile(write_profile(tmp_path, _own(tmp_path, rule="none"))))
-    chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule,
+    chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule, hold_max_age_ms=1000.0,
                           stop_plan=planning.stop_plan)
     assert chain.names == ("hold", "stop") and chain.dropped == ("rule",)
     assert chain.answer(FallbackContext(command="stop", now_ns=0)) == ("stop", {"verb": "halt"})

@@ -22,9 +22,10 @@ from robot_latency.planner.budget import (
     available_cpus,
     parse_cpu_list,
 )
-from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.planner.config import RunSettings, SettingsError
+from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.replay import replay
-from robot_latency.planner.session import PlannerRun, RunConfig, RunError
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.planner.worker import AbortFlag
 from robot_latency.records import read_records
 from robot_latency.ros.params import ParamError, planner_settings
@@ -50,8 +51,9 @@ def test_cpu_lists_parse_ranges_lists_and_single_numbers() -> None:
     ({"loop_priority": -1}, "loop_priority"),
 ])
 def test_bad_budgets_name_the_field(kwargs: dict[str, Any], field: str) -> None:
-    with pytest.raises(ConfigError, match=f"^{field}="):
+    with pytest.raises(SettingsError, match=f"^{field}: ") as info:
         CpuBudget(**kwargs)
+    assert info.value.name == field
 
 
 def test_engine_gets_the_cores_the_loop_does_not_own() -> None:
@@ -162,9 +164,9 @@ def _stream(n: int) -> CommandStream:
 def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> None:
     cpus = sorted(available_cpus())
     budget = CpuBudget(loop_cpus=(cpus[0],), engine_nice=7)
-    cfg = RunConfig(planner=PlannerConfig(period_ms=40, deadline_ms=30, mode="event"),
-                    log_dir=tmp_path / "run", engine="sim", cpu=budget,
-                    engine_options={"device": "orin-agx-64gb", "seed": 1})
+    cfg, _ = resolve_run(RunSettings(period_ms=40, deadline_ms=30, mode="event",
+                                     log_dir=tmp_path / "run", engine="sim", cpu=budget,
+                                     engine_options={"device": "orin-agx-64gb", "seed": 1}))
     done: dict[str, Any] = {}
 
     def body() -> None:
@@ -199,8 +201,8 @@ def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> 
 
 def test_a_budget_naming_a_missing_cpu_stops_the_run_before_it_starts(tmp_path: Path) -> None:
     missing = max(available_cpus()) + 1
-    cfg = RunConfig(planner=PlannerConfig(), log_dir=tmp_path / "run", engine="sim",
-                    cpu=CpuBudget(engine_cpus=(missing,)))
+    cfg, _ = resolve_run(RunSettings(log_dir=tmp_path / "run", engine="sim",
+                                     cpu=CpuBudget(engine_cpus=(missing,))))
     with pytest.raises(RunError, match=rf"engine_cpus=\[{missing}\]"):
         PlannerRun(cfg, publish=lambda env: None)
 
@@ -222,16 +224,15 @@ def test_ros_parameters_build_the_budget(tmp_path: Path) -> None:
 
 def test_a_run_gives_its_thread_back_unpinned(tmp_path: Path) -> None:
     """Two runs in one thread (a sweep): the second starts with every core, not the first's."""
-    from robot_latency.planner.config import PlannerConfig
-    from robot_latency.planner.session import PlannerRun, RunConfig
 
     before = available_cpus()
     if len(before) < 2:
         pytest.skip("needs two cores to pin one")
     loop_core = min(before)
     for i in range(2):
-        config = RunConfig(planner=PlannerConfig(), log_dir=tmp_path / str(i), runner="inline",
-                           cpu=CpuBudget(loop_cpus=(loop_core,)))
+        config, _ = resolve_run(RunSettings(log_dir=tmp_path / str(i), engine="sim",
+                                            runner="inline",
+                                            cpu=CpuBudget(loop_cpus=(loop_core,))))
         with PlannerRun(config, publish=lambda envelope: None) as run:
             state = run.enter_loop_thread()
             assert state["loop_cpus_in_effect"] == [loop_core]

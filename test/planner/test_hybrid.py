@@ -13,14 +13,14 @@ import pytest
 from robot_latency.cli import main
 from robot_latency.engines.base import create_engine
 from robot_latency.plan.profile import load_planning
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.hybrid import HybridRunner
 from robot_latency.planner.loop import PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.records import CycleRecord, read_records
 
-CONFIG = PlannerConfig(period_ms=6000, deadline_ms=6000, publish_margin_ms=100)
+CONFIG = RunSettings(period_ms=6000, deadline_ms=6000, publish_margin_ms=100)
 #: A slow onboard engine: the simulated 70B model on an Orin AGX (over a second per plan).
 SLOW_SIM = {"device": "orin-agx-64gb", "model": "llama-2-70b", "quant": "Q4_K_M"}
 
@@ -42,7 +42,8 @@ def _cycle(onboard: ProcessRunner, url: str, mode: str, policy: str) -> CycleRec
     server = create_engine("openai", server_url=url, server_model=mode)
     records: list[CycleRecord] = []
     runner = HybridRunner(onboard, server, load_planning(None).contract, policy=policy)
-    loop = PlannerLoop(CONFIG, runner, publish=lambda _e: None, sink=records.append)
+    loop = PlannerLoop(CONFIG, runner, publish=lambda _e: None, sink=records.append,
+                       planning=load_planning(None))
     try:
         now = loop.clock()
         return loop.run_cycle(0, now, InboundCommand("c0", "pick up the red cup", now))

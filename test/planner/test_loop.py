@@ -9,7 +9,8 @@ import pytest
 from robot_latency.clock import ScriptedClock
 from robot_latency.engines import GenerationRequest, GenerationTrace
 from robot_latency.engines.sim import SimConfig, SimEngine
-from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import RunSettings, SettingsError
 from robot_latency.planner.engine import create_planner_engine, rule_responder
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
@@ -29,10 +30,10 @@ class Harness:
                                                       device="orin-agx-64gb")
         self.plans: list[dict] = []
         self.records: list[CycleRecord] = []
-        self.loop = PlannerLoop(PlannerConfig(**{"period_ms": 100, "deadline_ms": 50, **cfg}),
+        self.loop = PlannerLoop(RunSettings(**{"period_ms": 100, "deadline_ms": 50, **cfg}),
                                 InlineRunner(self.engine, clock=self.clock),
                                 publish=self.plans.append, sink=self.records.append,
-                                clock=self.clock)
+                                clock=self.clock, planning=load_planning(None))
 
     def say(self, text: str, cid: str = "c") -> None:
         self.loop.submit(InboundCommand(cid, text, self.clock.now()))
@@ -240,21 +241,25 @@ def test_sink_failure_is_reported_not_fatal() -> None:
 
 
 @pytest.mark.parametrize(("cfg", "needle"), [
-    ({"deadline_ms": -1}, "deadline_ms=-1"),
-    ({"deadline_ms": 300, "period_ms": 200}, "deadline_ms=300"),
-    ({"mode": "sometimes"}, "mode='sometimes'"),
+    ({"deadline_ms": -1}, "deadline_ms: -1"),
+    ({"deadline_ms": 300, "period_ms": 200}, "deadline_ms: 300"),
+    ({"mode": "sometimes"}, "mode: 'sometimes'"),
     ({"fallback": ("rule", "pray")}, "fallback"),
-    ({"period_ms": 0}, "period_ms=0"),
-    ({"publish_margin_ms": 60, "deadline_ms": 50}, "publish_margin_ms=60"),
+    ({"period_ms": 0}, "period_ms: 0"),
+    ({"publish_margin_ms": 60, "deadline_ms": 50}, "publish_margin_ms: 60"),
+    ({"runner": "thread"}, "runner: 'thread'"),
+    ({"hang_timeout_ms": 0}, "hang_timeout_ms: 0"),
+    ({"hybrid_policy": "fastest"}, "hybrid_policy: 'fastest'"),
 ])
 def test_config_rejects_bad_values_by_name(cfg: dict, needle: str) -> None:
-    with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
-        PlannerConfig(**cfg)
+    with pytest.raises(SettingsError, match=needle.replace("(", r"\(")) as info:
+        RunSettings(**cfg)
+    assert info.value.name == needle.split(":")[0]
 
 
 def test_event_mode_needs_no_period() -> None:
     # each command starts its own cycle: a deadline longer than the (unused) period is fine
-    assert PlannerConfig(mode="event", deadline_ms=400).deadline_ms == 400
+    assert RunSettings(mode="event", deadline_ms=400).deadline_ms == 400
 
 
 def test_superseded_commands_are_recorded_as_skipped_misses() -> None:
@@ -315,5 +320,5 @@ def test_on_new_command_preempt_supersedes_the_older_and_plans_the_newer_at_once
 
 
 def test_on_new_command_is_checked() -> None:
-    with pytest.raises(ConfigError, match="on_new_command"):
-        PlannerConfig(on_new_command="drop")
+    with pytest.raises(SettingsError, match="on_new_command"):
+        RunSettings(on_new_command="drop")

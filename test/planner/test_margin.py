@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from robot_latency.clock import ScriptedClock
-from robot_latency.planner.config import ConfigError, PlannerConfig
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import RunSettings, SettingsError
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
@@ -46,13 +47,13 @@ def test_measured_margin_is_the_cap_until_enough_samples_then_covers_the_tail() 
 
 
 def test_cap_is_at_most_a_quarter_of_the_budget() -> None:
-    cfg = PlannerConfig(period_ms=100, deadline_ms=42, publish_margin_ms=2,
+    cfg = RunSettings(period_ms=100, deadline_ms=42, publish_margin_ms=2,
                         transport_margin_ms=-1, transport_margin_cap_ms=50)
     assert cfg.margin_settings().cap_ms == pytest.approx(10.0)
-    with pytest.raises(ConfigError, match="transport_margin_floor_ms"):
-        PlannerConfig(transport_margin_floor_ms=60, transport_margin_cap_ms=50)
-    with pytest.raises(ConfigError, match="transport_margin_ms"):
-        PlannerConfig(deadline_ms=100, transport_margin_ms=99)
+    with pytest.raises(SettingsError, match="transport_margin_floor_ms"):
+        RunSettings(transport_margin_floor_ms=60, transport_margin_cap_ms=50)
+    with pytest.raises(SettingsError, match="transport_margin_ms"):
+        RunSettings(deadline_ms=100, transport_margin_ms=99)
 
 
 def test_the_loop_gives_up_the_margin_before_the_deadline_and_records_it() -> None:
@@ -60,10 +61,10 @@ def test_the_loop_gives_up_the_margin_before_the_deadline_and_records_it() -> No
     engine = create_planner_engine("sim", clock=clock, device="orin-nano-8gb")
     plans: list[dict] = []
     records = []
-    loop = PlannerLoop(PlannerConfig(period_ms=100, deadline_ms=60, publish_margin_ms=2,
+    loop = PlannerLoop(RunSettings(period_ms=100, deadline_ms=60, publish_margin_ms=2,
                                      transport_margin_ms=-1, transport_margin_cap_ms=12),
                        InlineRunner(engine, clock=clock), publish=plans.append,
-                       sink=records.append, clock=clock)
+                       sink=records.append, clock=clock, planning=load_planning(None))
     loop.submit(InboundCommand("c", "pick up the red cup and put it on the tray", clock.now()))
     loop.run_periodic(1)
     for _ in range(20):

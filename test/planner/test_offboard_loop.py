@@ -15,12 +15,13 @@ import pytest
 
 from robot_latency.engines.base import create_engine
 from robot_latency.engines.llama_server import free_port
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.records import CycleRecord
 
-CONFIG = PlannerConfig(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)
+CONFIG = RunSettings(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)
 
 
 class Loop:
@@ -31,7 +32,7 @@ class Loop:
         self.records: list[CycleRecord] = []
         self.published: list[dict[str, Any]] = []
         self.loop = PlannerLoop(CONFIG, InlineRunner(self.engine), publish=self.published.append,
-                                sink=self.records.append)
+                                sink=self.records.append, planning=load_planning(None))
 
     def cycle(self, text: str = "pick up the red cup") -> CycleRecord:
         now = self.loop.clock()

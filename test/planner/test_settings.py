@@ -11,13 +11,8 @@ from robot_latency.cli import build_parser
 from robot_latency.cli.run import run_config_from_args
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.planner.budget import CpuBudget
-from robot_latency.planner.config import PlannerConfig
-from robot_latency.planner.settings import (
-    RunSpec,
-    SettingsError,
-    build_run_config,
-    thread_defaults,
-)
+from robot_latency.planner.config import LOOP_FIELDS, RunSettings, SettingsError
+from robot_latency.planner.resolve import resolve_run, thread_defaults
 from robot_latency.ros.params import ParamError, planner_settings
 from robot_latency.streams import Command, read_stream, write_jsonl
 
@@ -49,10 +44,13 @@ def test_cli_and_node_build_the_same_engine_settings(tmp_path: Path, flags: list
     assert cli.engine_options == node.engine_options
     # the one difference by design: the node publishes over DDS and measures the transport
     # margin; the CLI's run publishes to no middleware and keeps none
-    assert node.planner.transport_margin_ms < 0 and cli.planner.transport_margin_ms == 0
-    assert cli.planner == replace(node.planner, transport_margin_ms=0.0)
-    assert (cli.engine, cli.model, cli.profile, cli.cpu, cli.host_device, cli.target_device) == \
-        (node.engine, node.model, node.profile, node.cpu, node.host_device, node.target_device)
+    assert node.settings.transport_margin_ms < 0 and cli.settings.transport_margin_ms == 0
+    loop = replace(node.settings, transport_margin_ms=0.0).loop_config()
+    assert cli.settings.loop_config() == loop and set(loop) == set(LOOP_FIELDS)
+    assert (cli.engine, cli.model, cli.settings.profile, cli.cpu, cli.host_device,
+            cli.target_device, cli.planning.profile.name) == \
+        (node.engine, node.model, node.settings.profile, node.cpu, node.host_device,
+         node.target_device, node.planning.profile.name)
 
 
 def test_thread_defaults_follow_the_cpu_budget() -> None:
@@ -65,21 +63,19 @@ def test_thread_defaults_follow_the_cpu_budget() -> None:
 
 
 def test_explicit_threads_win_and_prefill_never_has_fewer_than_decode(tmp_path: Path) -> None:
-    spec = RunSpec(planner=PlannerConfig(), log_dir=tmp_path, n_threads=3)
-    run, _ = build_run_config(spec, cores=TWO)
+    run, _ = resolve_run(RunSettings(log_dir=tmp_path, n_threads=3), cores=TWO)
     assert (run.engine_options["n_threads"], run.engine_options["n_threads_batch"]) == (3, 3)
 
 
 def test_profile_prefix_and_budget_go_to_the_llamacpp_engine(tmp_path: Path) -> None:
-    spec = RunSpec(planner=PlannerConfig(max_command_chars=200), log_dir=tmp_path,
-                   profile="instruct-json")
-    run, _ = build_run_config(spec, cores=TWO)
+    spec = RunSettings(max_command_chars=200, log_dir=tmp_path, profile="instruct-json")
+    run, _ = resolve_run(spec, cores=TWO)
     opts = run.engine_options
     assert opts["warm_prefix"].startswith("<|im_start|>system")
     assert opts["max_new_tokens"] == 160  # the profile's max_tokens
     assert opts["max_suffix_tokens"] >= 200
-    assert run.profile == "instruct-json"
-    bundled, _ = build_run_config(RunSpec(planner=PlannerConfig(), log_dir=tmp_path), cores=TWO)
+    assert run.planning.profile.name == "instruct-json"
+    bundled, _ = resolve_run(RunSettings(log_dir=tmp_path), cores=TWO)
     assert "warm_prefix" not in bundled.engine_options  # no fixed prefix to warm
 
 
@@ -88,11 +84,13 @@ def test_profile_prefix_and_budget_go_to_the_llamacpp_engine(tmp_path: Path) -> 
     (dict(engine="onnx", profile="instruct-json"), "profile", "cannot constrain decoding"),
     (dict(engine="sim", draft_model="d.gguf"), "draft_model", "only the llamacpp engine"),
     (dict(draft_k=4), "draft_k", "needs a draft model"),
+    (dict(profile="nosuch"), "profile", "nosuch"),
+    (dict(engine="openai"), "server_url", "needs a server URL"),
 ])
 def test_settings_that_cannot_go_together_are_refused(tmp_path: Path, spec: dict, name: str,
                                                       message: str) -> None:
     with pytest.raises(SettingsError, match=message) as info:
-        build_run_config(RunSpec(planner=PlannerConfig(), log_dir=tmp_path, **spec))
+        resolve_run(RunSettings(log_dir=tmp_path, **spec))
     assert info.value.name == name
 
 

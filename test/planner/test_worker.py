@@ -14,7 +14,8 @@ import pytest
 
 from robot_latency.engines.base import GenerationRequest
 from robot_latency.plan.actions import PLAN_TOKEN
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.plan.profile import load_planning
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop, RunOutcome
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
@@ -33,9 +34,10 @@ def _loop(runner: ProcessRunner, **cfg: object) -> tuple[PlannerLoop, list[dict]
                                                          list[CycleRecord]]:
     plans: list[dict] = []
     records: list[CycleRecord] = []
-    loop = PlannerLoop(PlannerConfig(**{"period_ms": 150, "deadline_ms": 100,
+    loop = PlannerLoop(RunSettings(**{"period_ms": 150, "deadline_ms": 100,
                                         "publish_margin_ms": 5, **cfg}),
-                       runner, publish=plans.append, sink=records.append)
+                       runner, publish=plans.append, sink=records.append,
+                       planning=load_planning(None))
     loop.submit(InboundCommand("c0", CUP, loop.clock()))
     return loop, plans, records
 
@@ -141,8 +143,9 @@ def test_cycle_given_up_on_records_its_phases_and_tokens_so_far() -> None:
             for _ in range(8):
                 permits.put(1)  # let the engine go on: it then sees the abort
 
-        loop = PlannerLoop(PlannerConfig(period_ms=600, deadline_ms=500, publish_margin_ms=5),
-                           runner, publish=publish, sink=records.append)
+        loop = PlannerLoop(RunSettings(period_ms=600, deadline_ms=500, publish_margin_ms=5),
+                           runner, publish=publish, sink=records.append,
+                           planning=load_planning(None))
         loop.partial_trace_wait_ns = 120 * 1000 * MS  # a hang guard, not a timing
         loop.submit(InboundCommand("c0", CUP, loop.clock()))
         loop.run_periodic(1)

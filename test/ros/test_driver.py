@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from robot_latency.planner.config import PlannerConfig
-from robot_latency.planner.settings import RunSpec, build_run_config
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.records import CycleRecord
 from robot_latency.ros.driver import PlannerDriver
 
@@ -37,10 +37,9 @@ def test_a_newer_command_while_the_model_works(tmp_path: Path, policy: str) -> N
     permits = mp.get_context("spawn").Queue()
     for _ in range(3):
         permits.put(1)
-    planner = PlannerConfig(mode="event", period_ms=60_000, deadline_ms=50_000,
-                            on_new_command=policy)
-    run, _ = build_run_config(RunSpec(
-        planner=planner, log_dir=tmp_path / "run", engine="sim", target_device="orin-agx-64gb",
+    run, _ = resolve_run(RunSettings(
+        mode="event", period_ms=60_000, deadline_ms=50_000, on_new_command=policy,
+        log_dir=tmp_path / "run", engine="sim", target_device="orin-agx-64gb",
         engine_options={"jitter_sigma": 0.0, "sleep_ns": permits.get},
         hang_timeout_ms=600_000))
     plans: list[dict] = []

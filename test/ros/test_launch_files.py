@@ -141,6 +141,6 @@ def test_config_holds_valid_declared_parameters(path: Path, tmp_path: Path) -> N
     params = data["planner_node"]["ros__parameters"]
     assert set(params) <= PLANNER_NAMES, set(params) - PLANNER_NAMES
     settings = planner_settings({**params, "log_dir": str(tmp_path)})
-    planner = settings.run.planner
+    planner = settings.run.settings
     assert planner.deadline_ms < planner.period_ms
     assert settings.values["device_profile"] == params["device_profile"]

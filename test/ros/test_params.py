@@ -30,7 +30,7 @@ def test_tables_have_unique_names_and_valid_defaults(tmp_path: Path) -> None:
         assert all(s.description for s in table)
     settings = planner_settings({"log_dir": str(tmp_path)})  # every default validates
     assert settings.run.engine == "llamacpp"
-    assert settings.run.planner.period_ms == 200.0
+    assert settings.run.settings.period_ms == 200.0
 
 
 def test_sim_engine_simulates_the_target(tmp_path: Path) -> None:
@@ -40,8 +40,8 @@ def test_sim_engine_simulates_the_target(tmp_path: Path) -> None:
     assert s.run.engine_options == {"device": "orin-agx-64gb", "model": "qwen2.5-0.5b",
                                     "quant": "Q4_K_M"}
     assert s.run.host_device == s.run.target_device == "orin-agx-64gb"
-    assert s.run.planner.deadline_ms == 80.0 and s.run.planner.period_ms == 100.0
-    assert s.run.planner.fallback == ("rule", "stop")
+    assert s.run.settings.deadline_ms == 80.0 and s.run.settings.period_ms == 100.0
+    assert s.run.settings.fallback == ("rule", "stop")
 
 
 def test_real_engine_leaves_a_core_to_the_loop(tmp_path: Path) -> None:

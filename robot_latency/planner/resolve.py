@@ -1,6 +1,9 @@
-"""One builder for a run's settings: the CLI (``run``, ``sweep``, ``demo``) and the ROS node
-(``planner_node``) call :func:`build_run_config`, so the same inputs give the same engine settings
-whatever the front end.
+"""The builder between what the user sets and the run: :func:`resolve_run` turns a
+:class:`~robot_latency.planner.config.RunSettings` into a :class:`ResolvedRun` (engine options,
+model file, host device, label, and the planner profile loaded, once). The CLI (``run``,
+``sweep``, ``fleet``), both ROS nodes (through :mod:`robot_latency.ros.params`) and the demo
+(through the node) call it, so the same inputs give the same engine settings whatever the front
+end. A sweep point is ``dataclasses.replace(settings, ...)`` then the builder.
 
 Thread defaults (llama.cpp's ``n_threads`` for decode, ``n_threads_batch`` for prefill):
 
@@ -17,13 +20,13 @@ Thread defaults (llama.cpp's ``n_threads`` for decode, ``n_threads_batch`` for p
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.budget import CpuBudget, available_cpus
-from robot_latency.planner.config import ConfigError, PlannerConfig
-from robot_latency.planner.session import RunConfig
+from robot_latency.planner.config import RunSettings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -32,94 +35,72 @@ SIM_DEFAULT_MODEL = "qwen2.5-0.5b"
 SIM_DEFAULT_QUANT = "Q4_K_M"
 
 
-class SettingsError(ConfigError):
-    """Settings that cannot go together; the message starts with the setting's name."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"{name}: {message}")
-        self.name = name
-
-
 @dataclass(frozen=True)
-class RunSpec:
-    """What a front end was asked for; :func:`build_run_config` turns it into a RunConfig.
+class ResolvedRun:
+    """A run, resolved: the settings as given, and what the builder made of them.
 
     Args:
-        planner: the loop's configuration.
-        log_dir: the run directory.
-        engine: registered engine name.
-        model: GGUF path, a shipped model name (``planner``, ``planner-draft``,
-            ``planner-inflated-<preset>``) or, for the sim engine, a shape preset; None: the
-            bundled planner (sim: :data:`SIM_DEFAULT_MODEL`).
-        quant: quant level: of a GGUF, its ladder level (built on first use); of a preset, the
-            quant simulated.
-        profile: planner profile, shipped name or YAML path (None: ``bundled-actions``).
-        draft_model: draft GGUF for speculative decoding (llamacpp only).
-        draft_k: tokens drafted per round (0: the engine's default).
-        target_device: the device the predictions are for (the sim engine simulates it).
-        n_threads: decode threads (0: the default above).
-        n_threads_batch: prefill threads (0: the default above).
-        n_gpu_layers: layers on the GPU (-1: all).
-        engine_options: further engine options (override everything above).
-        engine_family: the engine family whose calibrated prediction the target gets (the
-            sim engine simulates it); None: the sim engine's fixed efficiency, and predictions
-            for the llamacpp-cuda family in the records.
-        calibration: a calibration file for that family on the target (from ``calibrate``).
-        cpu: the CPU budget.
-        runner, label, hang_timeout_ms, fsync, extra: as in :class:`RunConfig`.
-        server_url: the OpenAI-compatible server (engines ``openai`` and ``hybrid``).
-        server_model: the model name to ask it for (empty: the first it lists).
-        server_api: ``completions`` or ``chat``.
-        hybrid_policy: ``first_valid`` or ``prefer_server`` (engine ``hybrid``).
+        settings: what the user set.
+        planning: the planner profile, loaded (nothing downstream loads it again).
+        engine_options: keyword options for the engine (picklable: sent to the worker).
+        model: GGUF path or shape preset the floor predictions are made for (None: none).
+        quant: quant type when ``model`` is a preset.
+        host_device: profile id of the machine running the engine (``auto``: the detected
+            Jetson's, else the probed host).
+        label: a short name for comparisons (e.g. ``Q4_K_M``).
     """
 
-    planner: PlannerConfig
-    log_dir: Path
-    engine: str = "llamacpp"
+    settings: RunSettings
+    planning: Planning
+    engine_options: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
     quant: str | None = None
-    profile: str | None = None
-    draft_model: str | None = None
-    draft_k: int = 0
-    target_device: str = "orin-nano-8gb"
-    n_threads: int = 0
-    n_threads_batch: int = 0
-    n_gpu_layers: int = 0
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    engine_family: str | None = None
-    calibration: str | None = None
-    cpu: CpuBudget = field(default_factory=CpuBudget)
-    runner: str = "process"
+    host_device: str = "host"
     label: str | None = None
-    hang_timeout_ms: float = 1000.0
-    fsync: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    server_url: str = ""
-    server_model: str = ""
-    server_api: str = "completions"
-    hybrid_policy: str = "first_valid"
+
+    # --- the settings callers read most ------------------------------------------------------
+    @property
+    def engine(self) -> str:
+        """The engine's registered name."""
+        return self.settings.engine
+
+    @property
+    def log_dir(self) -> Path:
+        """The run directory."""
+        assert self.settings.log_dir is not None  # the builder refuses a run without one
+        return self.settings.log_dir
+
+    @property
+    def runner(self) -> str:
+        """``process`` or ``inline``."""
+        return self.settings.runner
+
+    @property
+    def cpu(self) -> CpuBudget:
+        """The CPU budget."""
+        return self.settings.cpu
+
+    @property
+    def target_device(self) -> str:
+        """The device predicted for."""
+        return self.settings.target_device
 
 
 #: Engines that ask an OpenAI-compatible server.
 SERVER_ENGINES = ("openai", "hybrid")
 
 
-def server_options(spec: RunSpec) -> dict[str, Any]:
-    """Return the ``openai`` engine's options for a spec.
+def server_options(spec: RunSettings) -> dict[str, Any]:
+    """Return the ``openai`` engine's options for the settings.
 
     Raises:
-        SettingsError: no server URL, or an unknown API.
+        SettingsError: no server URL.
     """
-    from robot_latency.engines.openai_server import SERVER_APIS
-
     if not spec.server_url:
         raise SettingsError("server_url", f"the {spec.engine} engine needs a server URL "
                                           "(e.g. http://127.0.0.1:8000/v1)")
-    if spec.server_api not in SERVER_APIS:
-        raise SettingsError("server_api", f"{spec.server_api!r}: must be one of {SERVER_APIS}")
     return {"server_url": spec.server_url, "server_model": spec.server_model,
-            "server_api": spec.server_api, "profile": spec.profile,
-            "grammar": spec.planner.grammar}
+            "server_api": spec.server_api, "profile": spec.profile, "grammar": spec.grammar}
 
 
 def thread_defaults(cpu: CpuBudget, *, cores: frozenset[int] | None = None) -> tuple[int, int]:
@@ -154,19 +135,25 @@ def resolve_model_file(model: str | None, quant: str | None) -> str | None:
     return str(ladder_model_path(model, quant or "F16"))
 
 
-def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
-                     ) -> tuple[RunConfig, list[str]]:
-    """Build the run's configuration; return it with notes on the defaults that were taken.
+def resolve_run(spec: RunSettings, *, cores: frozenset[int] | None = None
+                ) -> tuple[ResolvedRun, list[str]]:
+    """Resolve the run; return it with notes on the defaults that were taken.
 
     Raises:
-        SettingsError: settings that cannot go together (a draft for an engine that takes none,
-            a profile an engine cannot follow); the message names the setting.
-        ProfileError: the profile cannot be loaded.
+        SettingsError: no log directory, a profile that cannot be loaded, settings that cannot
+            go together (a draft for an engine that takes none, a profile an engine cannot
+            follow); ``name`` is the setting.
+        RobotLatencyError: a model level that cannot be built.
     """
-    from robot_latency.plan.profile import load_planning
+    from robot_latency.plan.profile import ProfileError
 
     notes: list[str] = []
-    planning = load_planning(spec.profile)
+    if spec.log_dir is None:
+        raise SettingsError("log_dir", "must be set")
+    try:
+        planning = load_planning(spec.profile)
+    except ProfileError as err:
+        raise SettingsError("profile", str(err)) from err
     profile = planning.profile
     engine = spec.engine
     if spec.draft_model and engine != "llamacpp":
@@ -176,12 +163,6 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
     if spec.draft_k and not spec.draft_model:
         raise SettingsError("draft_k", "needs a draft model")
     options: dict[str, Any] = {}
-    if engine == "hybrid":
-        from robot_latency.planner.hybrid import HYBRID_POLICIES
-
-        if spec.hybrid_policy not in HYBRID_POLICIES:
-            raise SettingsError("hybrid_policy", f"{spec.hybrid_policy!r}: must be one of "
-                                                 f"{HYBRID_POLICIES}")
     if engine == "openai":
         options = server_options(spec)
         model, quant, host_device = None, None, "auto"
@@ -229,11 +210,13 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
             if planning.prefix:
                 options["warm_prefix"] = planning.prefix
                 options["max_suffix_tokens"] = planning.longest_suffix_chars(
-                    spec.planner.max_command_chars)
-                options["max_new_tokens"] = spec.planner.max_tokens or planning.max_tokens
+                    spec.max_command_chars)
+                options["max_new_tokens"] = spec.max_tokens or planning.max_tokens
         elif engine == "onnx":
             options["intra_op_threads"] = spec.n_threads or decode
     options.update(spec.engine_options)
+    if engine == "sim":
+        host_device = options["device"]  # the device it simulates, an option may change it
     if engine == "hybrid":
         # The onboard engine (llama.cpp, in its worker process) and the server, raced.
         options = {"onboard_engine": "llamacpp", "onboard": options,
@@ -241,7 +224,7 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
     label = spec.label or " ".join(str(x) for x in (
         engine, Path(str(model)).name if model else None, quant,
         None if profile.name == "bundled-actions" else profile.name,
-        spec.target_device, f"{spec.planner.deadline_ms:g}ms") if x)
+        spec.target_device, f"{spec.deadline_ms:g}ms") if x)
     if engine in SERVER_ENGINES and not spec.label:
         from urllib.parse import urlsplit
 
@@ -250,15 +233,6 @@ def build_run_config(spec: RunSpec, *, cores: frozenset[int] | None = None
             label += f" {spec.hybrid_policy}"
     if options.get("draft") == "model" and not spec.label:
         label += f" +draft {Path(options['draft_model_path']).name}"
-    run = RunConfig(planner=spec.planner, log_dir=Path(spec.log_dir), engine=engine,
-                    engine_options=options, runner=spec.runner, model=model, quant=quant,
-                    host_device=host_device, target_device=spec.target_device, label=label,
-                    cpu=spec.cpu, hang_timeout_ms=spec.hang_timeout_ms, fsync=spec.fsync,
-                    profile=spec.profile or profile.name, engine_family=spec.engine_family,
-                    calibration=spec.calibration, extra=dict(spec.extra))
+    run = ResolvedRun(settings=spec, planning=planning, engine_options=options, model=model,
+                      quant=quant, host_device=host_device, label=label)
     return run, notes
-
-
-def with_log_dir(run: RunConfig, log_dir: Path, label: str | None = None) -> RunConfig:
-    """Return ``run`` writing to another directory (a sweep's points)."""
-    return replace(run, log_dir=log_dir, label=label or run.label)

@@ -9,9 +9,10 @@ import pytest
 
 from robot_latency.cli import main
 from robot_latency.clock import ScriptedClock
-from robot_latency.planner.config import PlannerConfig
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.replay import replay
-from robot_latency.planner.session import PlannerRun, RunConfig, RunError
+from robot_latency.planner.resolve import resolve_run
 from robot_latency.records import read_records
 from robot_latency.streams import Command, read_stream, write_bag, write_jsonl
 
@@ -31,12 +32,12 @@ def _stream(tmp_path: Path, times_ms: list[int], *, kind: str = "jsonl") -> Path
 def _run(tmp_path: Path, **planner: object) -> tuple[PlannerRun, list[dict]]:
     clock = ScriptedClock(start_ns=5 * 10**9)
     plans: list[dict] = []
-    cfg = RunConfig(planner=PlannerConfig(**{"period_ms": 100, "deadline_ms": 60, **planner}),
-                    log_dir=tmp_path / "run", engine="sim", runner="inline",
-                    engine_options={"device": "orin-agx-64gb", "seed": 1},
-                    model="qwen2.5-0.5b", quant="Q4_K_M", host_device="orin-agx-64gb",
-                    target_device="orin-nano-8gb", label="sim test",
-                    extra={"replay": {"mode": "recorded", "speed": 1.0}})
+    cfg, _ = resolve_run(RunSettings(**{
+        "period_ms": 100, "deadline_ms": 60, **planner}, log_dir=tmp_path / "run", engine="sim",
+        runner="inline", engine_options={"device": "orin-agx-64gb", "seed": 1},
+        model="qwen2.5-0.5b", quant="Q4_K_M", target_device="orin-nano-8gb", label="sim test",
+        extra={"replay": {"mode": "recorded", "speed": 1.0}}))
+    assert cfg.host_device == "orin-agx-64gb"  # the device the sim engine simulates
     return PlannerRun(cfg, publish=plans.append, clock=clock), plans
 
 
@@ -107,8 +108,8 @@ def test_run_directory_errors_are_clear(tmp_path: Path) -> None:
         _run(tmp_path)
     blocker = tmp_path / "file"
     blocker.write_text("")
-    cfg = RunConfig(planner=PlannerConfig(), log_dir=blocker / "run", runner="inline",
-                    engine_options={"device": "orin-agx-64gb"})
+    cfg, _ = resolve_run(RunSettings(log_dir=blocker / "run", engine="sim", runner="inline",
+                                     engine_options={"device": "orin-agx-64gb"}))
     with pytest.raises(RunError, match="not writable"):
         PlannerRun(cfg, publish=lambda e: None)
 

@@ -1,0 +1,150 @@
+"""``sweep``: run several configurations on one stream and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from robot_latency.cli.common import UsageError, echo, split_list
+from robot_latency.cli.run import add_run_args, read_stream_arg, settings_from_args
+from robot_latency.models.ladder import VALID_QUANTS
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tqdm import tqdm
+
+    from robot_latency.cli.settings import resolve_or_usage, usage_error
+    from robot_latency.planner.config import SettingsError
+    from robot_latency.planner.replay import run_replay
+    from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
+
+    stream = read_stream_arg(args)
+    axes: dict[str, list[Any]] = {
+        "engine": split_list(args.engines) or [args.engine],
+        "quant": split_list(args.quants) or [args.quant],
+        "device": split_list(args.devices) or [args.device],
+        "deadline_ms": split_list(args.deadlines, float) or [args.deadline_ms],
+    }
+    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl}
+              for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
+              for dl in axes["deadline_ms"]]
+    varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
+    _check_sweep_axes(axes)  # every level, device and engine name, before anything
+    out = Path(args.out)
+    # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
+    # a bad setting or a level that cannot be built stops the sweep before it spends a run.
+    # A point is the flags' settings with the point's axes replaced, then the builder.
+    first = points[0]
+    base = settings_from_args(args, out, stream, engine=first["engine"], quant=first["quant"],
+                              device=first["device"], deadline_ms=first["deadline_ms"],
+                              period_ms=max(args.period_ms, first["deadline_ms"]), label=None)
+    run_dirs, configs = [], []
+    for point in points:
+        label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
+                         for k in varied)
+        run_dir = out / label.replace(" ", "_").replace("/", "-")
+        run_dirs.append(run_dir)
+        try:
+            settings = replace(base, log_dir=run_dir, engine=point["engine"],
+                               quant=point["quant"], target_device=point["device"],
+                               deadline_ms=point["deadline_ms"],
+                               period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
+        except SettingsError as err:
+            raise usage_error(err) from err
+        configs.append((run_dir, resolve_or_usage(settings)))
+    todo = []
+    for run_dir, config in configs:
+        if _sweep_point_done(run_dir, args.stream):
+            sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
+        else:
+            todo.append(config)
+    for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
+                       disable=not sys.stderr.isatty() and not args.progress):
+        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+    # Plans are compared against the highest precision (report.compare.choose_reference).
+    rows = compare_runs(run_dirs)
+    to_csv(rows, out / "comparison.csv")
+    to_json(rows, out / "comparison.json")
+    echo(to_markdown(rows))
+    echo(f"\nruns and comparison.csv / comparison.json in {out}")
+    return 0
+
+
+def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
+    """Refuse a bad level, device or engine name before any point runs (one line naming it)."""
+    from robot_latency.engines import ENGINES  # importing the package registers them
+    from robot_latency.floor.devices import get_device
+    from robot_latency.floor.errors import FloorError
+    from robot_latency.models.ladder import VALID_QUANTS
+
+    for quant in axes["quant"]:
+        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
+            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
+                             f"{', '.join(VALID_QUANTS)}")
+    for device in axes["device"]:
+        try:
+            get_device(device)
+        except FloorError as err:
+            raise UsageError(f"--devices: {err}") from err
+    for engine in axes["engine"]:
+        if engine not in ENGINES:
+            raise UsageError(f"--engines: unknown engine {engine!r}; known: "
+                             f"{', '.join(sorted(ENGINES))}")
+
+
+def _sweep_point_done(run_dir: Path, stream: str) -> bool:
+    """Whether a sweep point's directory holds a finished run of the same stream.
+
+    A directory left by an interrupted point (not finished) is moved aside to
+    ``<sweep>/.incomplete/`` (kept, never deleted), so the point runs again. A finished run of
+    another stream is refused.
+    """
+    import json
+    import time
+
+    manifest_path = run_dir / "manifest.json"
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return False
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("status") == "finished" and (run_dir / "cycles.jsonl").is_file():
+        done_stream = (manifest.get("stream") or {}).get("path")
+        if done_stream not in (None, str(stream)):
+            raise UsageError(f"--out: {run_dir} holds a finished run of another stream "
+                             f"({done_stream}); choose a new directory")
+        return True
+    aside = run_dir.parent / ".incomplete" / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.rename(aside)
+    sys.stderr.write(f"note: {run_dir} was not finished; moved to {aside}, running it again\n")
+    return False
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``sweep`` command to the ``robot-latency`` parser."""
+    p = sub.add_parser(
+        "sweep", help="run several configurations on one stream and compare them",
+        description="Runs every combination of the given axes (--quants, --engines, --devices, "
+                    "--deadlines) on the same stream, one run directory each under OUT, then "
+                    "prints the comparison table and writes OUT/comparison.csv and .json. Every "
+                    "level, device and engine is checked before any runs; rerun into the same "
+                    "OUT to resume: finished points are skipped, an unfinished one is moved to "
+                    "OUT/.incomplete/ and run again.")
+    add_run_args(p)
+    p.add_argument("--quants", default=None,
+                   help="comma-separated quant levels of --model (a GGUF's ladder, built on "
+                        "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
+                        "against the highest-precision one")
+    p.add_argument("--engines", default=None, help="comma-separated engine names")
+    p.add_argument("--devices", default=None, help="comma-separated target device ids")
+    p.add_argument("--progress", action="store_true",
+                   help="the sweep's bar even when stderr is not a terminal")
+    p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
+    p.add_argument("--out", required=True, help="sweep directory to create")
+    p.set_defaults(func=cmd_sweep)

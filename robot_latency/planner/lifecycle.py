@@ -1,0 +1,251 @@
+"""A planner run's lifecycle: open the run directory, start the runner and the loop, enrich and
+write each cycle's record, keep the manifest, and close with the summary.
+
+Both front ends use it: the ``robot-latency run`` command (offline replay) and the ROS 2 node.
+A run directory holds::
+
+    cycles.jsonl    one CycleRecord per cycle, flushed as it is written
+    manifest.json   versions, config, engine, model (sha256), devices, host facts
+    summary.json    written at close from what cycles.jsonl holds (so the two always agree)
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.digest import sha256_file
+from robot_latency.floor.devices import get_device
+from robot_latency.floor.errors import FloorError
+from robot_latency.floor.modelinfo import resolve_model
+from robot_latency.floor.run_predictor import FloorPredictor
+from robot_latency.floor.target import resolve_calibration
+from robot_latency.hostfacts import host_facts, host_steal_s, package_versions
+from robot_latency.planner.budget import (
+    BudgetError,
+    ThreadSettings,
+    apply_to_loop_thread,
+    capture_thread,
+    freeze_heap,
+    loop_thread_state,
+    restore_thread,
+)
+from robot_latency.planner.loop import PlannerLoop, Publisher, Runner
+from robot_latency.planner.resolve import ResolvedRun
+from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
+from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
+from robot_latency.rosenv import ros_facts
+from robot_latency.stats import summarize, write_summary
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PlannerRun", "RunError"]
+
+
+class PlannerRun:
+    """A planner run writing to a run directory (a context manager).
+
+    Raises:
+        RunError: at start-up, for a log directory that cannot be written, a model or device
+            that cannot be read, or an engine that cannot load.
+    """
+
+    def __init__(self, config: ResolvedRun, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
+                 sleep_until: Callable[[int], None] | None = None,
+                 on_record: Callable[[CycleRecord], None] | None = None,
+                 runner: Runner | None = None) -> None:
+        self.config = config
+        self.on_record = on_record
+        self.clock = clock
+        self.log_dir = Path(config.log_dir)
+        self._check_log_dir()
+        self.planning = config.planning
+        self.floor = self._make_floor()
+        # A runner handed in (a managed node's, loaded at configure) outlives this run.
+        self.owns_runner = runner is None
+        self.runner = make_runner(config, clock) if runner is None else runner
+        self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.settings.fsync)
+        self.loop_thread: dict[str, Any] = loop_thread_state()
+        self._thread_before: ThreadSettings | None = None
+        self._steal_s = host_steal_s()
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
+        self.telemetry = self._make_telemetry()
+        self.loop = PlannerLoop(config.settings, self.runner, publish=publish, sink=self._write,
+                                clock=clock, sleep_until=sleep_until, planning=self.planning,
+                                run_id=self.log_dir.name + "-" + str(os.getpid()))
+        self.started_wall = time.time()
+        self.closed = False
+        self._write_manifest(status="running")
+
+    # --- set-up ------------------------------------------------------------------------------
+    def _check_log_dir(self) -> None:
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.log_dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise RunError(f"log directory {self.log_dir} is not writable: "
+                           f"{err.strerror or err}") from err
+        if (self.log_dir / "cycles.jsonl").exists():
+            raise RunError(f"log directory {self.log_dir} already holds a run "
+                           "(cycles.jsonl); choose a new directory")
+
+    def _make_floor(self) -> FloorPredictor | None:
+        cfg = self.config
+        if cfg.model is None:
+            return None
+        try:
+            model = resolve_model(cfg.model, quant=cfg.quant)
+            target = get_device(cfg.target_device)
+            host = get_device(cfg.host_device)
+        except FloorError as err:
+            raise RunError(f"floor model: {err}") from err
+        family = (cfg.settings.engine_family or cfg.engine_options.get("engine_family")
+                  or "llamacpp-cuda")
+        try:
+            cal = resolve_calibration(family, target, calibration=cfg.settings.calibration)
+        except FloorError as err:
+            if cfg.settings.calibration or cfg.settings.engine_family:
+                raise RunError(f"target prediction: {err}") from err
+            log.warning("no calibrated prediction for %s on %s: %s", family, target.id, err)
+            return FloorPredictor(model, host, target, calibration_error=str(err))
+        return FloorPredictor(model, host, target, calibration=cal)
+
+    def enter_loop_thread(self) -> dict[str, Any]:
+        """Apply the CPU budget to the calling thread, the one about to run the loop, and
+        freeze the start-up heap (no full garbage collection scans it during the run).
+
+        Returns what is in effect (also recorded in the manifest).
+
+        Raises:
+            RunError: the budget cannot be applied (the message says which field and why).
+        """
+        self._thread_before = capture_thread()
+        try:
+            self.loop_thread = apply_to_loop_thread(self.config.cpu)
+        except BudgetError as err:
+            raise RunError(f"cpu budget: {err}") from err
+        self.loop_thread["gc_frozen_objects"] = freeze_heap()
+        self._write_manifest(status="running")
+        log.info("planner loop thread: %s", self.loop_thread)
+        return self.loop_thread
+
+    @staticmethod
+    def _make_telemetry() -> Any:
+        try:
+            from robot_latency.telemetry import telemetry_reader
+        except ImportError:
+            return None
+        return telemetry_reader()
+
+    # --- per cycle ---------------------------------------------------------------------------
+    def _write(self, rec: CycleRecord) -> None:
+        """Enrich a record (floor, CPU, RSS, telemetry) after its plan is out, then log it."""
+        if self.floor is not None:
+            rec.floor = self.floor.predict(rec.tokens_in)
+            try:
+                self.floor.target_answer(rec, max_tokens=self.loop.max_tokens)
+            except FloorError as err:  # a prediction never stops the run
+                log.warning("cycle %d: no target prediction: %s", rec.cycle, err)
+        rec.cpu_percent = self._proc.cpu_percent(None)
+        rss = self._proc.memory_info().rss
+        pid = self.runner.pid
+        if pid is not None:
+            try:
+                rss += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass  # the worker just died; the runner restarts it
+        rec.rss_bytes = rss
+        steal_s = host_steal_s()
+        if steal_s is not None and self._steal_s is not None:
+            rec.host_steal_ns = max(0, round((steal_s - self._steal_s) * 1e9))
+        self._steal_s = steal_s
+        if self.telemetry is not None:
+            t = self.telemetry.read()
+            rec.telemetry = t.to_dict() if t is not None else None
+        self.sink.write(rec)
+        if self.on_record is not None:
+            # After the record is on disk; a failing consumer never reaches the loop.
+            try:
+                self.on_record(rec)
+            except Exception as err:
+                log.error("cycle %d: record consumer failed: %r", rec.cycle, err)
+
+    # --- manifest, summary, close ------------------------------------------------------------
+    def manifest(self, status: str) -> dict[str, Any]:
+        """Return the manifest: what ran, where, with what."""
+        cfg = self.config
+        model: dict[str, Any] | None = None
+        if self.floor is not None:
+            model = self.floor.model.to_dict()
+            if model.get("path"):
+                model["sha256"] = sha256_file(model["path"])
+        return {
+            "status": status,
+            "label": cfg.label,
+            "engine": cfg.engine,
+            "engine_options": cfg.engine_options,
+            "engine_info": self.runner.info(),
+            "runner": cfg.runner,
+            "model": model,
+            "device": {"host": cfg.host_device, "target": cfg.target_device},
+            "floor": self.floor.manifest() if self.floor is not None else None,
+            "config": cfg.settings.loop_config(),
+            "profile": self.planning.describe(),
+            "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
+                           "engine_cpus_in_effect": self.runner.worker_cpus},
+            "versions": package_versions(),
+            "ros": ros_facts().to_dict(),
+            "host": host_facts(),
+            "started_unix": self.started_wall,
+            **cfg.settings.extra,
+        }
+
+    def _write_manifest(self, status: str) -> None:
+        path = self.log_dir / "manifest.json"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.manifest(status), indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+
+    def close(self) -> dict[str, Any]:
+        """Stop the engine, flush the log, write summary.json from it; return the summary."""
+        if self.closed:
+            return json.loads((self.log_dir / "summary.json").read_text())
+        self.closed = True
+        if self.loop_thread.get("gc_frozen_objects"):
+            gc.unfreeze()  # the start-up heap is collectable again once the loop is over
+        if self._thread_before is not None:
+            restore_thread(self._thread_before)  # a sweep's next run starts unpinned
+        self.sink.close()
+        if self.owns_runner:
+            close_runner(self.runner)
+        try:
+            records = read_records(self.log_dir / "cycles.jsonl")
+        except RecordError as err:
+            log.error("summary: %s", err)
+            records = []
+        summary = summarize(records)
+        summary["mailbox"] = self.loop.mailbox.counters()
+        summary["engine_restarts"] = self.runner.restarts
+        summary["records_not_written"] = self.loop.sink_errors
+        summary["transport_margin"] = self.loop.transport.summary()
+        write_summary(summary, self.log_dir / "summary.json")
+        self._write_manifest(status="finished")
+        return summary
+
+    def __enter__(self) -> PlannerRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -40,7 +40,7 @@ from typing import Any
 
 from benchio import emit_result
 
-from robot_latency.demo import DemoConfig, _bin, _ros_args, run_one
+from robot_latency.demo_job import DemoConfig, _bin, _ros_args, run_one
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import (
     INFLATED_PREFIX,
@@ -183,7 +183,7 @@ def main() -> int:
                 if name.startswith("planner"):
                     params: dict[str, Any] = {
                         "engine": "llamacpp", "model": str(model),
-                        "device_profile": "orin-nano-8gb", "mode": "event",
+                        "target_device": "orin-nano-8gb", "mode": "event",
                         "deadline_ms": args.deadline_ms,
                         "period_ms": max(500.0, args.deadline_ms),
                         "on_new_command": "preempt" if name == "planner-preempt" else "queue"}

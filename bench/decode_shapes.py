@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_latency.floor.devices import HardwareProfile
+from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.fit import TwoTermFit, fit_two_term
-from robot_latency.floor.modelinfo import profile_from_gguf
+from robot_latency.floor.modelinfo import facts_from_gguf
 
 PROMPT_TOKENS = 16
 
@@ -79,7 +79,7 @@ def _step_times_ms(llm: Any, tokens: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
-def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, tokens: int,
+def measure(paths: dict[str, Path], *, quant: str, device: DeviceSheet, tokens: int,
             repeats: int, load: Callable[[Path], Any]) -> list[ShapeResult]:
     """Measure every shape round-robin; return one result per shape (median of repeats).
 
@@ -96,7 +96,7 @@ def measure(paths: dict[str, Path], *, quant: str, device: HardwareProfile, toke
     context = PROMPT_TOKENS + tokens // 2
     results = []
     for preset, path in paths.items():
-        prof = profile_from_gguf(path)
+        prof = facts_from_gguf(path)
         step_bytes = prof.weight_bytes_per_step + prof.kv_bytes_per_token * context
         results.append(ShapeResult(
             preset=preset, quant=quant, gguf=str(path),

@@ -24,7 +24,7 @@ from benchio import emit_result
 
 from robot_latency.engines import GenerationRequest, StopReason, create_engine
 from robot_latency.models.tokenizer import format_prompt
-from robot_latency.plan.actions import actions_gbnf
+from robot_latency.profiles.actions import actions_gbnf
 
 CMD = "pick up the red cup and put it on the tray"
 

@@ -24,8 +24,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from robot_latency.plan.actions import PlanParseError
-from robot_latency.plan.profile import load_planning
+from robot_latency.profiles.actions import PlanParseError
+from robot_latency.profiles.profile import load_planning
 from robot_latency.ros.client_edge import untag_command
 from robot_latency.ros.topics import COMMAND_TOPIC, PLAN_TOPIC
 

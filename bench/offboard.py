@@ -39,11 +39,11 @@ from benchio import emit_result
 
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.engines.llama_server import LocalServer
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.resolve import resolve_model_file
+from robot_latency.profiles.profile import load_planning
 from robot_latency.stats import distribution, wilson_interval
 from robot_latency.streams import read_stream
 
@@ -276,8 +276,7 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
             for name in order:
                 run_dir = Path(tmp) / f"rep{rep}-{name}"
                 run, _ = resolve_run(dataclasses.replace(
-                    settings, log_dir=run_dir, engine=engine_of[name],
-                                             server_url=server.url))
+                    settings, log_dir=run_dir, engine=engine_of[name], server_url=server.url))
                 run_replay(run, stream)
                 row[name] = _in_time(run_dir)
             reps.append(row)

@@ -35,12 +35,12 @@ import numpy as np
 import psutil
 from benchio import emit_result
 
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
 CMD = "pick up the red cup and put it on the tray"

@@ -117,11 +117,11 @@ def measure_child(args: argparse.Namespace) -> dict[str, Any]:
     from llama_cpp import Llama
 
     from robot_latency.floor.calibration import DecodePoint, calibrate_points
-    from robot_latency.floor.devices import HardwareProfile
+    from robot_latency.floor.devices import DeviceSheet
 
     if not llama_cpp.llama_supports_gpu_offload():
         raise SystemExit(f"{llama_cpp.__file__}: this llama_cpp build has no GPU offload")
-    device = HardwareProfile(
+    device = DeviceSheet(
         id=args.device_id, name=args.gpu_name, bandwidth_gbps=args.bandwidth_gbps,
         memory_bytes=max(1, args.memory_mib) * 2**20, fp16_tflops=None, flops_derived=False,
         cpu_cores=None, power_mode=None, source="datasheet bandwidth (bench/predict_gpu.py)")

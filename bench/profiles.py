@@ -35,11 +35,11 @@ from benchio import emit_result
 
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import ladder_model_path
-from robot_latency.plan.profile import load_profile
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.replay import run_replay
 from robot_latency.planner.resolve import resolve_run
+from robot_latency.profiles.profile import load_profile
 from robot_latency.records import read_records
 from robot_latency.streams import SHIPPED_DIR, CommandStream, read_stream
 

@@ -14,9 +14,9 @@ import numpy as np
 from benchio import emit_result
 
 from robot_latency.models.corpus import CorpusConfig, generate_corpus
-from robot_latency.plan.rules import rule_plan
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
+from robot_latency.profiles.rules import rule_plan
 
 
 def main() -> int:

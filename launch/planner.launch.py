@@ -3,7 +3,7 @@
     ros2 launch robot_latency planner.launch.py
     ros2 launch robot_latency planner.launch.py \
         params_file:=$(ros2 pkg prefix robot_latency)/share/robot_latency/config/orin_nano_8gb.yaml
-    ros2 launch robot_latency planner.launch.py engine:=sim device_profile:=orin-agx-64gb \
+    ros2 launch robot_latency planner.launch.py engine:=sim target_device:=orin-agx-64gb \
         deadline_ms:=80 period_ms:=100
 
     ros2 launch robot_latency planner.launch.py managed:=true      # configured and activated
@@ -40,7 +40,7 @@ PLANNER_PARAMETERS = {
     "planner_profile": "planner profile: bundled-actions, instruct-json or a YAML path",
     "quant": "quant type of a preset model (e.g. Q4_K_M)",
     "draft_model": "draft GGUF for speculative decoding",
-    "device_profile": "target device profile (auto: the detected Jetson)",
+    "target_device": "target device datasheet (auto: the detected Jetson)",
     "deadline_ms": "deadline per cycle (ms)",
     "period_ms": "planner period (ms)",
     "log_dir": "run directory (default ~/.ros/robot_latency/<timestamp>-<pid>)",
@@ -50,6 +50,7 @@ PLANNER_PARAMETERS = {
     "server_model": "model name to ask the server for (empty: the first it lists)",
     "server_api": "completions or chat",
     "hybrid_policy": "engine hybrid: first_valid or prefer_server",
+    "device_profile": "old name of target_device, kept for one release",
 }
 
 

@@ -1,7 +1,7 @@
 """Launch the planner node and replay a recorded command stream into it (the whole pipeline).
 
     ros2 launch robot_latency replay.launch.py bag:=/data/operator_session engine:=sim \
-        device_profile:=orin-nano-8gb
+        target_device:=orin-nano-8gb
 
 The bag replayer publishes the stream's commands on /planner/command at the recorded pace
 (times ``speed``); when it has finished, the launch shuts down and the planner closes its run
@@ -32,7 +32,7 @@ PLANNER_LAUNCH = "planner.launch.py"
 PLANNER_ARGUMENTS = ("engine", "model", "planner_profile", "quant", "draft_model",
                      "device_profile", "deadline_ms", "period_ms", "log_dir", "params_file",
                      "managed", "autostart", "on_new_command", "server_url", "server_model",
-                     "server_api", "hybrid_policy")
+                     "server_api", "hybrid_policy", "target_device")
 
 # Launch argument -> bag_replayer parameter of the same name ("" keeps the node's default).
 REPLAYER_PARAMETERS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import rclpy  # noqa: F401  (a hard requirement: the demo runs the ROS 2 nodes)
 
-from robot_latency.demo import DemoConfig, DemoError, run_demo
+from robot_latency.demo_job import DemoConfig, DemoError, run_demo
 from robot_latency.records import read_records
 from robot_latency.streams import Command, write_bag
 
@@ -20,7 +20,7 @@ def test_two_configurations_through_ros(tmp_path: Path,
                                         capfd: pytest.CaptureFixture[str]) -> None:
     bag = write_bag(tmp_path / "stream", [Command(t_ns=i * 150_000_000, text=TEXTS[i % 4],
                                                   command_id=f"s:{i}") for i in range(8)])
-    configs = [DemoConfig(label=f"sim {d}", params={"engine": "sim", "device_profile": d,
+    configs = [DemoConfig(label=f"sim {d}", params={"engine": "sim", "target_device": d,
                                                     "mode": "event", "deadline_ms": 60.0,
                                                     "period_ms": 100.0})
                for d in ("orin-agx-64gb", "orin-nano-4gb")]

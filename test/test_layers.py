@@ -18,12 +18,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robot_latency"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ros",),                              # the only code that imports rclpy
     ("cli", "cli_*"),                      # the command: parsing, then calls into the core
-    ("demo", "doctor"),                    # the main job; the machine check (doctor)
+    ("demo_job", "hostcheck"),                    # the main job; the machine check (doctor)
     ("report",),                           # comparisons, plots, tail diagnosis of run directories
     ("planner",),                          # the cycle loop, deadlines, fallbacks, runs
     ("engines", "streams", "telemetry"),   # backends; command sources; host telemetry
     ("models",),                           # tokenizer, corpus, building the demo models
-    ("plan",),                             # planner profiles, prompts, output contracts
+    ("profiles",),                             # planner profiles, prompts, output contracts
     ("stats",),                            # percentiles, Wilson interval, run summary
     ("floor",),                            # predictions and device/model facts
     ("records",),                          # the cycle record (floor calibrates from records)

@@ -137,5 +137,5 @@ def test_the_checks_see_a_second_writing() -> None:
             'p.add_argument("--hang-timeout-ms", default=1000.0)\n'
             'p.add_argument("--device", default="x")\n')
     assert _writes(ast.parse(code), "hang_timeout_ms", 1000.0) == 4
-    assert _writes(ast.parse('_spec("device_profile", "orin", "string", "")'),
-                   "target_device", "orin") == 1
+    assert _writes(ast.parse('_spec("planner_profile", "orin", "string", "")'),
+                   "profile", "orin") == 1

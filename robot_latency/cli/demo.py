@@ -1,4 +1,4 @@
-"""``demo``: the main job (see :mod:`robot_latency.demo`)."""
+"""``demo``: the main job (see :mod:`robot_latency.demo_job`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, nonneg_int, split_list
-from robot_latency.demo import MainJob, main_job
+from robot_latency.demo_job import MainJob, main_job
 from robot_latency.planner.config import ON_NEW_COMMAND
 
 _D = MainJob()  # the defaults, written once

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from robot_latency.doctor import DoctorInput, exit_status, run_checks
+from robot_latency.hostcheck import DoctorInput, exit_status, run_checks
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

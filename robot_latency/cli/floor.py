@@ -1,5 +1,5 @@
-"""``devices``, ``probe``, ``detect``, ``model``, ``floor`` and ``specdec``: device profiles, model
-profiles and bandwidth-floor predictions."""
+"""``devices``, ``probe``, ``detect``, ``model``, ``floor`` and ``specdec``: device datasheets,
+model facts and bandwidth-floor predictions."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from robot_latency.cli.common import (
     positive_int,
     render_table,
 )
-from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
+from robot_latency.floor.devices import DEVICES, DeviceSheet, get_device, list_devices
 from robot_latency.floor.jetson import detect_jetson
-from robot_latency.floor.modelinfo import ModelProfile, profile_manual, resolve_model
+from robot_latency.floor.modelinfo import ModelFacts, facts_manual, resolve_model
 from robot_latency.floor.predict import FloorPrediction, predict_floor, specdec_estimate
 from robot_latency.floor.probe import load_or_probe_host
 from robot_latency.models.ladder import LADDER
 
 
-def _device_row(d: HardwareProfile) -> list[str]:
+def _device_row(d: DeviceSheet) -> list[str]:
     flops = "-" if d.fp16_tflops is None else (
         f"{d.fp16_tflops:.3g}" + (" (derived)" if d.flops_derived else ""))
     return [d.id, d.name, f"{d.bandwidth_gbps:.4g}", f"{d.memory_bytes / 1e9:.3g}", flops,
@@ -44,13 +44,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    profile = load_or_probe_host(args.cache, refresh=args.refresh)
+    sheet = load_or_probe_host(args.cache, refresh=args.refresh)
     if args.json:
-        emit_json(profile.to_dict())
+        emit_json(sheet.to_dict())
         return 0
     echo(render_table(["id", "name", "GB/s", "memory GB", "FP16 TFLOPS", "power mode"],
-                [_device_row(profile)]))
-    echo(f"source: {profile.source}")
+                [_device_row(sheet)]))
+    echo(f"source: {sheet.source}")
     return 0
 
 
@@ -59,7 +59,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise UsageError(f"--root {args.root}: not a directory")
     info = detect_jetson(Path(args.root))
     if args.json:
-        emit_json(None if info is None else info.__dict__)
+        # "profile_id" is the old key of "device_id", kept for one release for scripts.
+        emit_json(None if info is None else {**info.__dict__, "profile_id": info.device_id})
         return 0
     if info is None:
         echo(f"not a Jetson (no device-tree model under {args.root})")
@@ -67,11 +68,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
     echo(f"model string : {info.model_string}")
     echo(f"module       : {info.module or 'unknown'}")
     echo(f"power mode   : {info.power_mode or 'unknown'} (id {info.power_mode_id})")
-    echo(f"profile      : {info.profile_id or 'no matching profile'}")
+    echo(f"datasheet    : {info.device_id or 'no matching datasheet'}")
     return 0
 
 
-#: Group names accepted wherever a device id is: each expands to its profiles, in table order.
+#: Group names accepted wherever a device id is: each expands to its devices, in table order.
 DEVICE_GROUPS = {
     "orin": lambda d: d.family.startswith("orin"),
     "jetson": lambda d: d.family.startswith(("orin", "thor")),
@@ -94,7 +95,7 @@ def _device_ids(spec: str | None, *, table: bool) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def _models(args: argparse.Namespace, *, table: bool) -> list[ModelProfile]:
+def _models(args: argparse.Namespace, *, table: bool) -> list[ModelFacts]:
     manual = (args.params, args.weight_bits, args.kv_bytes_per_token)
     if args.model is not None:
         if any(v is not None for v in manual):
@@ -108,7 +109,7 @@ def _models(args: argparse.Namespace, *, table: bool) -> list[ModelProfile]:
     if any(v is None for v in manual):
         raise UsageError("give --model GGUF_OR_PRESET, or all of --params, --weight-bits and "
                          "--kv-bytes-per-token")
-    return [profile_manual(params=args.params, weight_bits=args.weight_bits,
+    return [facts_manual(params=args.params, weight_bits=args.weight_bits,
                            kv_bytes_per_token=args.kv_bytes_per_token)]
 
 
@@ -117,7 +118,7 @@ def _predictions(args: argparse.Namespace, *, table: bool) -> list[FloorPredicti
     models = _models(args, table=table)
     draft = (resolve_model(args.draft, quant=args.draft_quant, kv_dtype=args.kv_dtype)
              if args.draft else None)
-    def prompt_tokens(d: HardwareProfile) -> int | None:
+    def prompt_tokens(d: DeviceSheet) -> int | None:
         # A table skips the prefill of a device without a FLOP/s figure; --json asks for it
         # by name, so there it is an error.
         return None if table and d.peak_flops is None else args.prompt_tokens
@@ -172,28 +173,28 @@ def cmd_floor(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    profile = resolve_model(args.model, quant=args.quant, kv_dtype=args.kv_dtype)
+    facts = resolve_model(args.model, quant=args.quant, kv_dtype=args.kv_dtype)
     if args.json:
-        emit_json(profile.to_dict(include_tensors=args.tensors))
+        emit_json(facts.to_dict(include_tensors=args.tensors))
         return 0
     fields = [
-        ("name", profile.name), ("source", profile.source), ("architecture", profile.architecture),
-        ("layers", profile.n_layers), ("heads / kv heads", f"{profile.n_heads} / "
-                                                             f"{profile.n_kv_heads}"),
-        ("head_dim", profile.head_dim), ("hidden", profile.hidden), ("ffn", profile.ffn),
-        ("context", profile.context_length), ("vocab", profile.vocab_size),
-        ("tied output", profile.tied_embeddings), ("quant", profile.quant),
-        ("params", f"{profile.params:,}"),
-        ("weights", fmt_bytes(profile.weight_bytes_total)),
-        ("read per decode step", fmt_bytes(profile.weight_bytes_per_step)),
-        ("effective bits/weight", f"{profile.effective_bpw:.3f}"),
-        (f"KV bytes/token ({profile.kv_dtype})", f"{profile.kv_bytes_per_token:,}"),
+        ("name", facts.name), ("source", facts.source), ("architecture", facts.architecture),
+        ("layers", facts.n_layers), ("heads / kv heads", f"{facts.n_heads} / "
+                                                             f"{facts.n_kv_heads}"),
+        ("head_dim", facts.head_dim), ("hidden", facts.hidden), ("ffn", facts.ffn),
+        ("context", facts.context_length), ("vocab", facts.vocab_size),
+        ("tied output", facts.tied_embeddings), ("quant", facts.quant),
+        ("params", f"{facts.params:,}"),
+        ("weights", fmt_bytes(facts.weight_bytes_total)),
+        ("read per decode step", fmt_bytes(facts.weight_bytes_per_step)),
+        ("effective bits/weight", f"{facts.effective_bpw:.3f}"),
+        (f"KV bytes/token ({facts.kv_dtype})", f"{facts.kv_bytes_per_token:,}"),
     ]
     for key, value in fields:
         echo(f"{key:<24} {value}")
-    if profile.tensor_types:
+    if facts.tensor_types:
         echo("bytes by tensor type    " + ", ".join(
-            f"{t} {fmt_bytes(b)}" for t, b in sorted(profile.tensor_types.items())))
+            f"{t} {fmt_bytes(b)}" for t, b in sorted(facts.tensor_types.items())))
     return 0
 
 
@@ -212,7 +213,7 @@ def cmd_specdec(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``robot-latency`` parser."""
-    p = sub.add_parser("devices", help="list the device profiles (bandwidth, memory, FLOP/s)")
+    p = sub.add_parser("devices", help="list the device datasheets (bandwidth, memory, FLOP/s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_devices)
 
@@ -227,7 +228,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_detect)
 
-    p = sub.add_parser("model", help="profile a GGUF file or a shape preset")
+    p = sub.add_parser("model", help="the facts of a GGUF file or a shape preset")
     p.add_argument("model", help="GGUF path or preset id (e.g. qwen2.5-0.5b)")
     p.add_argument("--quant", default=None, help="quant type for a preset (default Q4_K_M)")
     p.add_argument("--kv-dtype", default="f16", help="KV cache type (f16, f32, q8_0, q4_0)")

@@ -14,7 +14,7 @@ from typing import Any
 from robot_latency.cli.common import UsageError, echo, emit_json, nonneg_int
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
-from robot_latency.floor.modelinfo import profile_manual, resolve_model
+from robot_latency.floor.modelinfo import facts_manual, resolve_model
 from robot_latency.floor.published import (
     INTERVAL_COVERAGE,
     load_table,
@@ -169,7 +169,7 @@ def prediction_for_floor(args: argparse.Namespace, floor: dict[str, Any]) -> dic
     """Return the calibrated prediction for one of ``floor --json``'s devices and models."""
     device = get_device(floor["device_id"], cache_path=getattr(args, "cache", None))
     if args.model is None:  # the manual form: --params, --weight-bits, --kv-bytes-per-token
-        model = profile_manual(params=int(args.params), weight_bits=args.weight_bits,
+        model = facts_manual(params=int(args.params), weight_bits=args.weight_bits,
                                kv_bytes_per_token=args.kv_bytes_per_token)
     else:
         quant = None if Path(args.model).exists() else (args.quant or floor.get("quant"))
@@ -189,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="itl = floor / efficiency + overhead, calibrated per engine family and "
                     "device from the published table (or --calibration). --validate: predict "
                     "every table row from a fit without it.")
-    p.add_argument("--device", default=DEFAULT_TARGET_DEVICE, help="device profile id")
+    p.add_argument("--device", default=DEFAULT_TARGET_DEVICE, help="device datasheet id")
     p.add_argument("--model", default="qwen2.5-0.5b", help="GGUF path or preset id")
     p.add_argument("--quant", default=None,
                    help=f"level: of a preset, its quant (MLC q4f16 and 4-bit AWQ: Q4_0); of a "

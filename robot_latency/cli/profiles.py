@@ -8,7 +8,7 @@ from robot_latency.cli.common import echo, emit_json, render_table
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from robot_latency.plan.profile import load_profile, shipped_profiles
+    from robot_latency.profiles.profile import load_profile, shipped_profiles
 
     profiles = [load_profile(str(path)) for path in shipped_profiles().values()]
     if args.json:

@@ -189,7 +189,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="ladder level of --model (built on first use), or a preset's quant: "
                         + ", ".join(VALID_QUANTS))
     p.add_argument("--device", default=_PC.target_device,
-                   help="target device profile (the sim engine simulates it)")
+                   help="target device datasheet (the sim engine simulates it)")
     p.add_argument("--profile", default=None,
                    help="planner profile: a shipped name (bundled-actions, instruct-json; see "
                         "'robot-latency profiles') or a YAML path (default: bundled-actions)")

@@ -1,7 +1,7 @@
 """The planner's action grammar as a logit mask: constrained decoding where there is no GBNF engine.
 
 ONNX Runtime has no grammar sampler, so the bundled action grammar
-(:func:`robot_latency.plan.actions.actions_gbnf`) is applied as a mask computed by a small state
+(:func:`robot_latency.profiles.actions.actions_gbnf`) is applied as a mask computed by a small state
 machine over the step shapes. It works on the bytes of each token's piece, as llama.cpp's grammar
 sampler does, so a token that spells part of an action token is allowed exactly when llama.cpp
 would allow it; ``<end>`` (any end-of-generation token) only at a step boundary.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robot_latency.plan.actions import (
+from robot_latency.profiles.actions import (
     ACTIONS,
     COLORS,
     LOCATION_ACTIONS,

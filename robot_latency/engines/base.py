@@ -34,7 +34,7 @@ class StopReason(str, enum.Enum):
 
     DONE = "done"               # the model ended its output (end token or a stop string)
     COMPLETE = "complete"       # the output is a complete plan: nothing the contract allows
-                                # can follow (robot_latency.plan.contract.output_complete)
+                                # can follow (robot_latency.profiles.contract.output_complete)
     MAX_TOKENS = "max_tokens"   # hit the request's token limit
     DEADLINE = "deadline"       # the engine stopped itself at the request's deadline
     ABORTED = "aborted"         # the caller asked it to stop
@@ -189,7 +189,7 @@ def stop_after_token(request: GenerationRequest, text_bytes: bytes, produced: in
 def output_done(kind: str, text_bytes: bytes) -> bool:
     """Return whether ``text_bytes`` is a complete output of contract ``kind`` (cheap unless the
     last byte can end one)."""
-    from robot_latency.plan.contract import output_complete
+    from robot_latency.profiles.contract import output_complete
 
     tail = text_bytes.rstrip()
     if not tail or tail[-1:] not in b'}]"el>':

@@ -15,7 +15,7 @@ from typing import Any
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.models.ladder import LadderError, LadderManifest
 from robot_latency.models.tokenizer import format_prompt
-from robot_latency.plan.actions import actions_gbnf
+from robot_latency.profiles.actions import actions_gbnf
 
 logger = logging.getLogger(__name__)
 

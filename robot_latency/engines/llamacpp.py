@@ -90,10 +90,10 @@ class LlamaCppEngine(ClosesOnExit):
         self.model_path = path
         # Validate the file first: a clear error naming it, before llama.cpp prints to stderr.
         from robot_latency.floor.errors import ModelInfoError
-        from robot_latency.floor.modelinfo import profile_from_gguf
+        from robot_latency.floor.modelinfo import facts_from_gguf
 
         try:
-            self.profile = profile_from_gguf(path)
+            self.profile = facts_from_gguf(path)
         except ModelInfoError as err:
             raise EngineError(f"llamacpp: {err}") from err
         if self.profile.architecture not in ("llama", "qwen2", "qwen3", "gemma", "phi3",

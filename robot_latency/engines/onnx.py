@@ -20,7 +20,7 @@ run to the next (outputs bound to the device, fed back as inputs); only the logi
 the host. Without it every run copies the cache in and out through numpy.
 
 Grammar: ONNX Runtime has no GBNF engine, so the planner's action grammar
-(:func:`robot_latency.plan.actions.actions_gbnf`) is applied as a logit mask computed by a small
+(:func:`robot_latency.profiles.actions.actions_gbnf`) is applied as a logit mask computed by a small
 state machine over the step shapes. It works on the bytes of each token's piece, as llama.cpp's
 grammar sampler does, so a token that spells part of an action token (a byte token ``<``) is
 allowed exactly when llama.cpp would allow it; ``<end>`` (any end-of-generation token) is allowed
@@ -62,7 +62,7 @@ from robot_latency.engines.onnx_config import (  # noqa: F401  (re-exported)
     resolve_tokenizer_gguf,
 )
 from robot_latency.engines.providers import choose_providers
-from robot_latency.plan.actions import actions_gbnf
+from robot_latency.profiles.actions import actions_gbnf
 
 log = logging.getLogger(__name__)
 

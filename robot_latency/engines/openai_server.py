@@ -70,7 +70,7 @@ def plan_is_complete(contract: Any, text: str) -> bool:
     token is there and it parses (without ``<end>``, more steps could follow). The engine takes
     this check as a parameter (``complete_check``), so a shared one can replace it.
     """
-    from robot_latency.plan.actions import END_TOKEN, PlanParseError
+    from robot_latency.profiles.actions import END_TOKEN, PlanParseError
 
     if getattr(contract, "kind", None) == "actions" and END_TOKEN not in text:
         return False
@@ -120,7 +120,7 @@ class OpenAIServerEngine(ClosesOnExit):
         import httpx
         import openai
 
-        from robot_latency.plan.profile import load_planning
+        from robot_latency.profiles.profile import load_planning
 
         self.config = config
         self.clock = clock

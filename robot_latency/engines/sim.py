@@ -1,4 +1,4 @@
-"""The simulated engine: per-step times from the floor model, with jitter, on any device profile.
+"""The simulated engine: per-step times from the floor model, with jitter, on any device datasheet.
 
 It predicts what a real engine would do on a device you do not have. With an ``engine_family``
 it makes the calibrated prediction of :mod:`robot_latency.floor.target`: each decode step takes
@@ -40,7 +40,7 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
 from robot_latency.floor.target import resolve_calibration
-from robot_latency.plan.actions import END_TOKEN
+from robot_latency.profiles.actions import END_TOKEN
 
 #: Prompt in, the output's pieces out (action tokens, ``<end>`` last).
 Responder = Callable[[str], list[str]]
@@ -66,7 +66,7 @@ class SimConfig:
     """What the simulated engine models.
 
     Args:
-        device: device profile id (``host`` uses the cached probe).
+        device: device datasheet id (``host`` uses the cached probe).
         model: GGUF path or shape preset.
         quant: quant type for a preset.
         efficiency: fraction of the decode bandwidth floor reached (0, 1].

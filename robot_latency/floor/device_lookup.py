@@ -15,7 +15,7 @@ from robot_latency.floor.devices import (
     AUTO_ID,
     DEVICES,
     HOST_ID,
-    HardwareProfile,
+    DeviceSheet,
     register_resolver,
 )
 from robot_latency.floor.jetson import detect_jetson
@@ -26,26 +26,26 @@ __all__ = ["resolve_auto", "resolve_host"]
 logger = logging.getLogger(__name__)
 
 
-def resolve_host(cache_path: Path | None, sysfs_root: Path = Path("/")) -> HardwareProfile:
-    """Return this machine's probed profile (cached at ``cache_path``); ``sysfs_root`` is unused."""
+def resolve_host(cache_path: Path | None, sysfs_root: Path = Path("/")) -> DeviceSheet:
+    """Return this machine's probed datasheet (cached at ``cache_path``; ``sysfs_root`` unused)."""
     return load_or_probe_host(cache_path)
 
 
-def resolve_auto(cache_path: Path | None, sysfs_root: Path = Path("/")) -> HardwareProfile:
-    """Return the detected Jetson's profile (power mode considered), else the host probe."""
+def resolve_auto(cache_path: Path | None, sysfs_root: Path = Path("/")) -> DeviceSheet:
+    """Return the detected Jetson's datasheet (power mode considered), else the host probe."""
     info = detect_jetson(sysfs_root)
-    if info is not None and info.profile_id is not None:
+    if info is not None and info.device_id is not None:
         logger.info(
-            "detected %s (module %s, power mode %s): using profile %s",
+            "detected %s (module %s, power mode %s): using datasheet %s",
             info.model_string,
             info.module,
             info.power_mode,
-            info.profile_id,
+            info.device_id,
         )
-        return DEVICES[info.profile_id]
+        return DEVICES[info.device_id]
     if info is not None:
         logger.warning(
-            "Jetson %r has no built-in profile; probing it as a host", info.model_string
+            "Jetson %r has no built-in datasheet; probing it as a host", info.model_string
         )
     return load_or_probe_host(cache_path)
 

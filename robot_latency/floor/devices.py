@@ -1,6 +1,6 @@
-"""The device table for the bandwidth floor: built-in profiles and the id lookup.
+"""The device table for the bandwidth floor: built-in datasheets and the id lookup.
 
-A profile carries the two numbers the floor model needs (memory read bandwidth and dense FP16
+A datasheet carries the two numbers the floor model needs (memory read bandwidth and dense FP16
 peak) plus enough provenance to re-check them. Built-in figures are those of docs/REFERENCE.md,
 "Jetson modules and comparison devices". ``get_device`` also resolves "host" (the probe in
 :mod:`robot_latency.floor.probe`) and "auto" (detection in :mod:`robot_latency.floor.jetson`)
@@ -23,7 +23,7 @@ __all__ = [
     "DEVICES",
     "HOST_ID",
     "DeviceResolver",
-    "HardwareProfile",
+    "DeviceSheet",
     "get_device",
     "list_devices",
     "register_resolver",
@@ -33,7 +33,7 @@ HOST_ID = "host"
 AUTO_ID = "auto"
 
 @dataclass(frozen=True)
-class HardwareProfile:
+class DeviceSheet:
     """One device as the floor model sees it: bandwidth, memory, compute and provenance."""
 
     id: str
@@ -75,12 +75,12 @@ class HardwareProfile:
         return None if self.fp16_tflops is None else self.fp16_tflops * 1e12
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the profile as a JSON-ready dict."""
+        """Return the datasheet as a JSON-ready dict."""
         return asdict(self)
 
 
 # --------------------------------------------------------------------------------------------
-# Built-in profiles (docs/REFERENCE.md, Jetson modules)
+# Built-in datasheets (docs/REFERENCE.md, Jetson modules)
 # --------------------------------------------------------------------------------------------
 
 _GB = 1_000_000_000  # datasheets quote memory in GB = 1e9 bytes
@@ -98,8 +98,8 @@ _DERIVED = (
 _CAPPED = "FP16 TFLOPS derived here from the mode's nvpmodel block: "
 
 
-_PROFILES: tuple[HardwareProfile, ...] = (
-    HardwareProfile(
+_PROFILES: tuple[DeviceSheet, ...] = (
+    DeviceSheet(
         id="orin-agx-64gb",
         name="Jetson AGX Orin 64GB (MAXN)",
         bandwidth_gbps=204.8,
@@ -112,7 +112,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="256-bit LPDDR5; 12 Cortex-A78AE cores",
         family="orin-agx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-agx-64gb-15w",
         name="Jetson AGX Orin 64GB (15W)",
         bandwidth_gbps=136.5,
@@ -129,7 +129,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="MODE_15W also takes 8 of the 12 CPU cores offline",
         family="orin-agx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-agx-32gb",
         name="Jetson AGX Orin 32GB (MAXN)",
         bandwidth_gbps=204.8,
@@ -142,7 +142,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="256-bit LPDDR5; 8 Cortex-A78AE cores",
         family="orin-agx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-agx-industrial",
         name="Jetson AGX Orin Industrial (MAXN)",
         bandwidth_gbps=204.8,
@@ -155,7 +155,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="64 GB LPDDR5 with ECC",
         family="orin-agx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nx-16gb",
         name="Jetson Orin NX 16GB (MAXN)",
         bandwidth_gbps=102.4,
@@ -168,7 +168,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="128-bit LPDDR5",
         family="orin-nx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nx-16gb-super",
         name="Jetson Orin NX 16GB Super (MAXN_SUPER)",
         bandwidth_gbps=102.4,
@@ -181,7 +181,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="same memory bandwidth as MAXN; higher GPU clock",
         family="orin-nx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nx-16gb-10w",
         name="Jetson Orin NX 16GB (10W)",
         bandwidth_gbps=68.0,
@@ -198,7 +198,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="10W also takes 4 of the 8 CPU cores offline",
         family="orin-nx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nx-8gb",
         name="Jetson Orin NX 8GB (MAXN)",
         bandwidth_gbps=102.4,
@@ -211,7 +211,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="128-bit LPDDR5",
         family="orin-nx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nx-8gb-super",
         name="Jetson Orin NX 8GB Super (MAXN_SUPER)",
         bandwidth_gbps=102.4,
@@ -224,7 +224,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="same memory bandwidth as MAXN; higher GPU clock",
         family="orin-nx",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-8gb",
         name="Jetson Orin Nano 8GB (15W)",
         bandwidth_gbps=68.0,
@@ -237,7 +237,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="128-bit LPDDR5; 7W/15W modes run EMC at 2133 MHz",
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-8gb-super",
         name="Jetson Orin Nano 8GB Super (MAXN_SUPER)",
         bandwidth_gbps=102.0,
@@ -250,7 +250,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="EMC at 3199 MHz",
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-8gb-7w",
         name="Jetson Orin Nano 8GB (7W)",
         bandwidth_gbps=68.0,
@@ -265,7 +265,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="EMC at 2133 MHz; the lowest GPU and CPU clocks of the module",
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-8gb-super-25w",
         name="Jetson Orin Nano 8GB Super (25W)",
         bandwidth_gbps=102.0,
@@ -286,7 +286,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
                "and CPU clocks"),
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-4gb",
         name="Jetson Orin Nano 4GB (10W)",
         bandwidth_gbps=34.0,
@@ -299,7 +299,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="64-bit LPDDR5",
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="orin-nano-4gb-super",
         name="Jetson Orin Nano 4GB Super (MAXN_SUPER)",
         bandwidth_gbps=51.0,
@@ -312,7 +312,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         notes="64-bit LPDDR5",
         family="orin-nano",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="thor-t5000",
         name="Jetson Thor T5000 (MAXN)",
         bandwidth_gbps=273.0,
@@ -328,7 +328,7 @@ _PROFILES: tuple[HardwareProfile, ...] = (
         ),
         family="thor",
     ),
-    HardwareProfile(
+    DeviceSheet(
         id="h100-sxm",
         name="NVIDIA H100 SXM (comparison)",
         bandwidth_gbps=3350.0,
@@ -343,16 +343,16 @@ _PROFILES: tuple[HardwareProfile, ...] = (
     ),
 )
 
-DEVICES: dict[str, HardwareProfile] = {p.id: p for p in _PROFILES}
+DEVICES: dict[str, DeviceSheet] = {p.id: p for p in _PROFILES}
 
 
-def list_devices() -> list[HardwareProfile]:
-    """Return every built-in profile, in a stable order (the host is not included)."""
+def list_devices() -> list[DeviceSheet]:
+    """Return every built-in datasheet, in a stable order (the host is not included)."""
     return list(DEVICES.values())
 
 
-#: Resolves an id that is not a row of the table: (cache_path, sysfs_root) -> its profile.
-DeviceResolver = Callable[[Path | None, Path], HardwareProfile]
+#: Resolves an id that is not a row of the table: (cache_path, sysfs_root) -> its datasheet.
+DeviceResolver = Callable[[Path | None, Path], DeviceSheet]
 
 #: The resolvers of "host" and "auto", by id; filled by robot_latency.floor.device_lookup, which
 #: the floor package imports first, so every caller of get_device finds them.
@@ -373,10 +373,10 @@ def register_resolver(device_id: str, resolver: DeviceResolver) -> None:
 
 def get_device(
     device_id: str, *, cache_path: Path | None = None, sysfs_root: Path = Path("/")
-) -> HardwareProfile:
-    """Return the profile for a device id, "host" (probed and cached) or "auto" (detected).
+) -> DeviceSheet:
+    """Return the datasheet for a device id, "host" (probed and cached) or "auto" (detected).
 
-    "auto" picks the detected Jetson's profile, power mode considered, and falls back to the
+    "auto" picks the detected Jetson's datasheet, power mode considered, and falls back to the
     host probe anywhere else (:mod:`robot_latency.floor.device_lookup`). An unknown id raises
     UnknownDeviceError listing the valid ids.
     """

@@ -1,4 +1,4 @@
-"""Errors raised by the floor model and its profile readers."""
+"""Errors raised by the floor model and its datasheet and model-facts readers."""
 
 from robot_latency.errors import RobotLatencyError
 
@@ -8,7 +8,7 @@ class FloorError(RobotLatencyError):
 
 
 class UnknownDeviceError(FloorError, KeyError):
-    """A device id that no profile matches."""
+    """A device id that no datasheet matches."""
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
@@ -19,7 +19,7 @@ class ProbeError(FloorError):
 
 
 class ModelInfoError(FloorError):
-    """A model file or preset could not be read into a profile."""
+    """A model file or preset could not be read into its facts."""
 
 
 class UnknownPresetError(ModelInfoError, KeyError):

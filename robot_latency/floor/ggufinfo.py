@@ -1,4 +1,4 @@
-"""Model profiles read from GGUF files: shapes from the metadata, bytes from the tensors' types.
+"""Model facts read from GGUF files: shapes from the metadata, bytes from the tensors' types.
 
 Decode at batch 1 reads every weight matrix once per step, except the token-embedding table, which
 is a row lookup; a tied output head (the embedding table used as the output projection) is read in
@@ -17,9 +17,9 @@ import gguf
 from gguf.constants import LlamaFileType
 
 from robot_latency.floor.errors import ModelInfoError
-from robot_latency.floor.profile import ModelProfile, TensorInfo, _kv_bytes, _kv_ratio
+from robot_latency.floor.modelfacts import ModelFacts, TensorInfo, _kv_bytes, _kv_ratio
 
-__all__ = ["profile_from_gguf"]
+__all__ = ["facts_from_gguf"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,34 +153,34 @@ def _gguf_version() -> str:
         return "gguf, version unknown"
 
 
-def profile_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") -> ModelProfile:
-    """Read a model profile from a GGUF file.
+def facts_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") -> ModelFacts:
+    """Read a model facts from a GGUF file.
 
     Shapes come from the ``{arch}.*`` metadata, bytes from the tensors' real types. Raises
     ModelInfoError, naming the file and the problem, for a missing, empty, non-GGUF, truncated or
-    otherwise malformed file, or one without the metadata a profile needs.
+    otherwise malformed file, or one without the metadata the facts need.
     """
     _kv_ratio(kv_dtype)  # reject a bad cache type before touching the file
     p = os.fspath(path)
     size_bytes = _check_header(p)
     # gguf's reader parses every metadata array (150k-token vocabularies take seconds), so a
-    # file already profiled in this process, unchanged since, is not read again.
+    # file already read in this process, unchanged since, is not read again.
     stat = os.stat(p)
     key = (os.path.realpath(p), stat.st_size, stat.st_mtime_ns, kv_dtype)
-    cached = _PROFILE_CACHE.get(key)
+    cached = _FACTS_CACHE.get(key)
     if cached is not None:
         return cached
-    profile = _profile_from_file(p, size_bytes, kv_dtype)
-    if len(_PROFILE_CACHE) >= 64:
-        _PROFILE_CACHE.clear()
-    _PROFILE_CACHE[key] = profile
-    return profile
+    facts = _facts_from_file(p, size_bytes, kv_dtype)
+    if len(_FACTS_CACHE) >= 64:
+        _FACTS_CACHE.clear()
+    _FACTS_CACHE[key] = facts
+    return facts
 
 
-_PROFILE_CACHE: dict[tuple[str, int, int, str], ModelProfile] = {}
+_FACTS_CACHE: dict[tuple[str, int, int, str], ModelFacts] = {}
 
 
-def _profile_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelProfile:
+def _facts_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelFacts:
     try:
         reader = gguf.GGUFReader(p, "r")
     except _READER_ERRORS as err:
@@ -194,16 +194,16 @@ def _profile_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelProfile:
             f"is truncated or corrupt"
         ) from err
     try:
-        return _profile_from_reader(reader, p, size_bytes, kv_dtype)
+        return _facts_from_reader(reader, p, size_bytes, kv_dtype)
     except _READER_ERRORS as err:
         raise ModelInfoError(
             f"{p}: malformed GGUF metadata ({type(err).__name__}: {err})"
         ) from err
 
 
-def _profile_from_reader(
+def _facts_from_reader(
     reader: gguf.GGUFReader, path: str, size_bytes: int, kv_dtype: str
-) -> ModelProfile:
+) -> ModelFacts:
     tensors: list[TensorInfo] = []
     for t in reader.tensors:
         if not t.name:
@@ -311,7 +311,7 @@ def _profile_from_reader(
     if not isinstance(name, str) or not name:
         name = os.path.splitext(os.path.basename(path))[0]
 
-    profile = ModelProfile(
+    facts = ModelFacts(
         name=name,
         source="gguf",
         path=path,
@@ -336,6 +336,6 @@ def _profile_from_reader(
     )
     logger.debug(
         "%s: %s, %d layers, %d params, %d bytes/step, %d KV bytes/token",
-        path, arch, n_layers, profile.params, per_step, kv_bytes,
+        path, arch, n_layers, facts.params, per_step, kv_bytes,
     )
-    return profile
+    return facts

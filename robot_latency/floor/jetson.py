@@ -23,13 +23,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class JetsonInfo:
-    """What the device tree and nvpmodel say about a Jetson, and the profile that fits it."""
+    """What the device tree and nvpmodel say about a Jetson, and the datasheet that fits it."""
 
     model_string: str
     module: str | None
     power_mode: str | None
     power_mode_id: int | None
-    profile_id: str | None
+    device_id: str | None
 
 
 # Module part numbers (P-numbers) from NVIDIA's Jetson Linux partition-configuration docs.
@@ -61,8 +61,8 @@ _MODEL_PROFILES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("orin nx", ("orin-nx-8gb", "orin-nx-16gb")),
     ("orin nano", ("orin-nano-4gb", "orin-nano-8gb")),
 )
-# Power modes that change a module's figures; every other mode maps to the module's base profile.
-_MODE_PROFILES: dict[str, dict[str, str]] = {
+# Power modes that change a module's figures; every other mode maps to the module's base datasheet.
+_MODE_DEVICES: dict[str, dict[str, str]] = {
     "orin-agx-64gb": {"15W": "orin-agx-64gb-15w"},
     "orin-nx-16gb": {"10W": "orin-nx-16gb-10w", "MAXN_SUPER": "orin-nx-16gb-super"},
     "orin-nx-8gb": {"MAXN_SUPER": "orin-nx-8gb-super"},
@@ -94,16 +94,16 @@ def detect_jetson(root: Path = Path("/")) -> JetsonInfo | None:
 
     module = _module_part_number(root, compatible)
     power_mode_id, power_mode = _power_mode(root)
-    base = _base_profile(module, model, _mem_total_bytes(root))
-    profile_id = None
+    base = _base_device(module, model, _mem_total_bytes(root))
+    device_id = None
     if base is not None:
-        profile_id = _MODE_PROFILES.get(base, {}).get(power_mode or "", base)
+        device_id = _MODE_DEVICES.get(base, {}).get(power_mode or "", base)
     return JetsonInfo(
         model_string=model,
         module=module,
         power_mode=power_mode,
         power_mode_id=power_mode_id,
-        profile_id=profile_id,
+        device_id=device_id,
     )
 
 
@@ -194,8 +194,8 @@ def _power_mode(root: Path) -> tuple[int | None, str | None]:
     return mode_id, None
 
 
-def _base_profile(module: str | None, model: str, mem_total_bytes: int | None) -> str | None:
-    """Return the module's base (non-mode) profile id, or None for an unknown Jetson."""
+def _base_device(module: str | None, model: str, mem_total_bytes: int | None) -> str | None:
+    """Return the module's base (non-mode) datasheet id, or None for an unknown Jetson."""
     if module is not None and module in _PART_PROFILES:
         candidates = _PART_PROFILES[module]
     else:

@@ -1,20 +1,20 @@
-"""Model profiles for the bandwidth floor: bytes of weights per decode step and KV bytes per token.
+"""Model facts for the bandwidth floor: bytes of weights per decode step and KV bytes per token.
 
-A profile comes from one of three places:
+The facts come from one of three places:
 
-* a GGUF file (``profile_from_gguf``, in :mod:`robot_latency.floor.ggufinfo`): shapes and
+* a GGUF file (``facts_from_gguf``, in :mod:`robot_latency.floor.ggufinfo`): shapes and
   per-tensor types and bytes are read from it;
-* a shape preset without a file (``profile_from_preset``; shapes in
+* a shape preset without a file (``facts_from_preset``; shapes in
   :mod:`robot_latency.floor.shapes`): bytes are estimated from the shape and a quantisation name;
-* a Hugging Face ``config.json`` (``profile_from_hf_config``): the shape is read from it and bytes
+* a Hugging Face ``config.json`` (``facts_from_hf_config``): the shape is read from it and bytes
   are estimated as for a preset;
-* numbers given by hand (``profile_manual``).
+* numbers given by hand (``facts_manual``).
 
 ``resolve_model`` picks between the first three. A hybrid state-space model or a
 mixture-of-experts is refused with the reason (:class:`UnsupportedArchitectureError`), never
 mis-counted as a dense transformer. KV bytes per token are
 ``2 * n_layers * n_kv_heads * head_dim * bytes(kv_dtype)``; the bits-per-weight tables and the
-profile record live in :mod:`robot_latency.floor.profile`. This module is the floor's one entry
+facts record live in :mod:`robot_latency.floor.modelfacts`. This module is the floor's one entry
 point for models, so it also offers those names.
 """
 
@@ -31,13 +31,13 @@ from robot_latency.floor.errors import (
     UnknownPresetError,
     UnsupportedArchitectureError,
 )
-from robot_latency.floor.ggufinfo import profile_from_gguf
-from robot_latency.floor.profile import (
+from robot_latency.floor.ggufinfo import facts_from_gguf
+from robot_latency.floor.modelfacts import (
     GGML_TYPE_BPW,
     KV_DTYPE_BYTES,
     PRESET_BPW,
     QUANT_BPW,
-    ModelProfile,
+    ModelFacts,
     TensorInfo,
     kv_bytes_per_token,
     quant_bpw,
@@ -56,15 +56,15 @@ __all__ = [
     "PRESETS",
     "PRESET_BPW",
     "QUANT_BPW",
-    "ModelProfile",
+    "ModelFacts",
     "ModelShape",
     "TensorInfo",
+    "facts_from_gguf",
+    "facts_from_hf_config",
+    "facts_from_preset",
+    "facts_from_shape",
+    "facts_manual",
     "kv_bytes_per_token",
-    "profile_from_gguf",
-    "profile_from_hf_config",
-    "profile_from_preset",
-    "profile_from_shape",
-    "profile_manual",
     "quant_bpw",
     "resolve_model",
     "shape_from_hf_config",
@@ -85,28 +85,28 @@ def _preset(preset_id: str) -> ModelShape:
     return shape
 
 
-def profile_from_preset(
+def facts_from_preset(
     preset_id: str, *, quant: str = "Q4_K_M", kv_dtype: str = "f16"
-) -> ModelProfile:
-    """A profile for a shape preset without a file.
+) -> ModelFacts:
+    """The facts for a shape preset without a file.
 
     Matrices are counted at ``quant_bpw(quant)`` (a preset's effective figure for an 8B model, or a
     ggml type's exact one), 1-D norm and bias vectors at F32. Bytes per step leave out the token
     embedding unless it is tied, in which case it is read in full as the output head.
     """
-    return profile_from_shape(_preset(preset_id), quant=quant, kv_dtype=kv_dtype)
+    return facts_from_shape(_preset(preset_id), quant=quant, kv_dtype=kv_dtype)
 
 
-def profile_from_shape(
+def facts_from_shape(
     shape: ModelShape, *, quant: str = "Q4_K_M", kv_dtype: str = "f16", source: str = "preset"
-) -> ModelProfile:
-    """A profile for a shape without a file (a preset's, or one read from a config.json)."""
+) -> ModelFacts:
+    """The facts for a shape without a file (a preset's, or one read from a config.json)."""
     bpw = quant_bpw(quant)
     kv_bytes = kv_bytes_per_token(shape.n_layers, shape.n_kv_heads, shape.head_dim, kv_dtype)
     vector_bytes = shape.vector_params() * 4
     total = round(shape.matrix_params() * bpw / 8) + vector_bytes
     per_step = round(shape.matrix_params_per_step() * bpw / 8) + vector_bytes
-    return ModelProfile(
+    return ModelFacts(
         name=shape.name,
         source=source,
         path=None,
@@ -130,10 +130,10 @@ def profile_from_shape(
     )
 
 
-def profile_manual(
+def facts_manual(
     *, params: int, weight_bits: float, kv_bytes_per_token: int, name: str = "manual"
-) -> ModelProfile:
-    """A profile from bare numbers. With no embedding split known, bytes per step = total bytes.
+) -> ModelFacts:
+    """The facts from bare numbers. With no embedding split known, bytes per step = total bytes.
 
     ``kv_dtype`` is recorded as ``"unspecified"`` (the KV bytes are given directly) and shape fields
     are None.
@@ -151,7 +151,7 @@ def profile_manual(
             f"kv_bytes_per_token must be a non-negative integer, got {kv_bytes_per_token!r}"
         )
     total = round(params * weight_bits / 8)
-    return ModelProfile(
+    return ModelFacts(
         name=name,
         source="manual",
         path=None,
@@ -248,32 +248,32 @@ def shape_from_hf_config(path: str | Path) -> ModelShape:
     )
 
 
-def profile_from_hf_config(
+def facts_from_hf_config(
     path: str | Path, *, quant: str = "Q4_K_M", kv_dtype: str = "f16"
-) -> ModelProfile:
-    """A profile from a Hugging Face ``config.json`` at ``quant`` (bytes as for a preset)."""
-    return profile_from_shape(shape_from_hf_config(path), quant=quant, kv_dtype=kv_dtype,
+) -> ModelFacts:
+    """The facts from a Hugging Face ``config.json`` at ``quant`` (bytes as for a preset)."""
+    return facts_from_shape(shape_from_hf_config(path), quant=quant, kv_dtype=kv_dtype,
                               source="config.json")
 
 
-def resolve_model(spec: str, *, quant: str | None = None, kv_dtype: str = "f16") -> ModelProfile:
-    """A profile from a GGUF path, a Hugging Face ``config.json`` or a preset id.
+def resolve_model(spec: str, *, quant: str | None = None, kv_dtype: str = "f16") -> ModelFacts:
+    """The facts from a GGUF path, a Hugging Face ``config.json`` or a preset id.
 
-    An existing ``.json`` path is read as a config.json and profiled at ``quant`` (default
+    An existing ``.json`` path is read as a config.json and read at ``quant`` (default
     Q4_K_M); another existing path is read as GGUF (``quant`` is then an error: the file's types
-    are read from it). Otherwise ``spec`` must be a preset id (case-insensitive), profiled at
+    are read from it). Otherwise ``spec`` must be a preset id (case-insensitive), read at
     ``quant``. A refused architecture raises :class:`UnsupportedArchitectureError` with why.
     """
     if os.path.exists(spec) and spec.lower().endswith(".json"):
-        return profile_from_hf_config(spec, quant=quant or "Q4_K_M", kv_dtype=kv_dtype)
+        return facts_from_hf_config(spec, quant=quant or "Q4_K_M", kv_dtype=kv_dtype)
     if os.path.exists(spec):
         if quant is not None:
             raise ModelInfoError(
                 f"{spec}: --quant applies to presets; the file's types are read from it"
             )
-        return profile_from_gguf(spec, kv_dtype=kv_dtype)
+        return facts_from_gguf(spec, kv_dtype=kv_dtype)
     if spec.strip().lower() in PRESETS or refusal_reason(spec) is not None:
-        return profile_from_preset(spec, quant=quant or "Q4_K_M", kv_dtype=kv_dtype)
+        return facts_from_preset(spec, quant=quant or "Q4_K_M", kv_dtype=kv_dtype)
     raise UnknownPresetError(
         f"unknown model {spec!r}: no such file, and not a preset (presets: {', '.join(PRESETS)})"
     )

@@ -14,9 +14,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from robot_latency.floor.devices import HardwareProfile
+from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.modelinfo import ModelProfile
+from robot_latency.floor.modelinfo import ModelFacts
 
 #: Largest draft length searched for the best k (issue: k = 1..16).
 MAX_DRAFT_K = 16
@@ -96,15 +96,15 @@ def memory_needed_bytes(weight_bytes_total: int, kv_bytes_per_seq: int, *, batch
                + draft_weight_bytes + batch * draft_kv_bytes_per_seq)
 
 
-def predict_floor(model: ModelProfile, device: HardwareProfile, *, batch: int = 1,
+def predict_floor(model: ModelFacts, device: DeviceSheet, *, batch: int = 1,
                   context_tokens: int = 0, prompt_tokens: int | None = None,
                   compute_efficiency: float = 1.0,
-                  draft: ModelProfile | None = None) -> FloorPrediction:
+                  draft: ModelFacts | None = None) -> FloorPrediction:
     """Predict the decode, prefill and memory floors of ``model`` on ``device``.
 
     Args:
-        model: the target model's profile.
-        device: the device's profile (bandwidth, memory, FLOP/s).
+        model: the target model's facts.
+        device: the device's datasheet (bandwidth, memory, FLOP/s).
         batch: sequences decoded together.
         context_tokens: tokens in each sequence's KV cache (0: the weights-only floor).
         prompt_tokens: if given, also predict the prefill floor for this many tokens.
@@ -162,7 +162,7 @@ def predict_floor(model: ModelProfile, device: HardwareProfile, *, batch: int = 
     )
 
 
-def prefill_params(model: ModelProfile) -> int:
+def prefill_params(model: ModelFacts) -> int:
     """Return the parameters that do arithmetic per prompt token.
 
     The token-embedding table is a row lookup, not a matmul, so an untied model's embedding does

@@ -2,7 +2,7 @@
 
 The figures are measured once per machine and probe version and cached as JSON (see
 ``default_cache_path``). The matmul rate is a sustained float32 figure, not a peak: it is the
-"host" profile's compute figure for predictions, never for a floor (docs/REFERENCE.md, "The
+"host" datasheet's compute figure for predictions, never for a floor (docs/REFERENCE.md, "The
 latency model").
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_latency.floor.devices import HOST_ID, HardwareProfile
+from robot_latency.floor.devices import HOST_ID, DeviceSheet
 from robot_latency.floor.errors import ProbeError
 
 __all__ = [
@@ -61,9 +61,9 @@ class HostProbe:
     probed_at: str
     probe_version: int
 
-    def to_profile(self) -> HardwareProfile:
-        """Return this measurement as the "host" profile."""
-        return HardwareProfile(
+    def to_sheet(self) -> DeviceSheet:
+        """Return this measurement as the "host" datasheet."""
+        return DeviceSheet(
             id=HOST_ID,
             name=f"This host ({self.cpu_model}, {self.cpu_cores} cores)",
             bandwidth_gbps=self.bandwidth_gbps,
@@ -256,8 +256,8 @@ def load_or_probe_host(
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     repeats: int = 5,
     threads: int | None = None,
-) -> HardwareProfile:
-    """Return the host profile from the cache, probing (and caching) when it is absent or stale.
+) -> DeviceSheet:
+    """Return the host datasheet from the cache, probing (and caching) when it is absent or stale.
 
     A cache counts only for the machine and probe version that wrote it. A corrupt cache is
     reported and replaced; an unwritable cache is reported and the fresh probe still returned.
@@ -267,11 +267,11 @@ def load_or_probe_host(
     if not refresh:
         cached = _read_cached_probe(path)
         if cached is not None:
-            logger.debug("host profile from cache %s (probed %s)", path, cached.probed_at)
-            return cached.to_profile()
+            logger.debug("host datasheet from cache %s (probed %s)", path, cached.probed_at)
+            return cached.to_sheet()
     probe = probe_host(buffer_bytes=buffer_bytes, repeats=repeats, threads=threads)
     _write_cache(path, probe)
-    return probe.to_profile()
+    return probe.to_sheet()
 
 
 def _read_cached_probe(path: Path) -> HostProbe | None:

@@ -48,8 +48,8 @@ from robot_latency.floor.published_table import (
     load_table,
     not_predicted_reason,
     published_file_bytes,
+    row_facts,
     row_point,
-    row_profile,
     scale_to_file,
 )
 from robot_latency.floor.published_validation import (
@@ -77,8 +77,8 @@ __all__ = [
     "not_predicted_reason",
     "published_file_bytes",
     "recent_llamacpp_summary",
+    "row_facts",
     "row_point",
-    "row_profile",
     "scale_to_file",
     "setup_fits",
     "table_calibration",

@@ -33,8 +33,8 @@ from robot_latency.floor.published_table import (
     PublishedRow,
     load_table,
     not_predicted_reason,
+    row_facts,
     row_point,
-    row_profile,
 )
 
 __all__ = [
@@ -370,12 +370,12 @@ def nearest_rows(engine_family: str, device_id: str, weight_bytes_per_step: int,
     target = max(1, weight_bytes_per_step)
 
     def distance(r: PublishedRow) -> float:
-        return abs(math.log(row_profile(r).weight_bytes_per_step / target))
+        return abs(math.log(row_facts(r).weight_bytes_per_step / target))
 
     out = []
     for r in sorted(pool, key=lambda r: (distance(r), r.id))[:limit]:
         point = row_point(r)
         out.append(NearRow(r.id, r.device, r.model, r.quant, r.itl_ms, r.tok_s, point.floor_ms,
-                           row_profile(r).weight_bytes_per_step, r.power_mode, r.date, r.source,
+                           row_facts(r).weight_bytes_per_step, r.power_mode, r.date, r.source,
                            r.url))
     return out

@@ -23,7 +23,7 @@ import yaml
 from robot_latency.floor.calibration import DecodePoint, check_engine_family
 from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import FloorError, TableError
-from robot_latency.floor.modelinfo import PRESETS, ModelProfile, profile_from_preset, quant_bpw
+from robot_latency.floor.modelinfo import PRESETS, ModelFacts, facts_from_preset, quant_bpw
 from robot_latency.floor.predict import predict_floor
 from robot_latency.floor.shapes import REFUSED_MODELS, refusal_reason
 
@@ -36,8 +36,8 @@ __all__ = [
     "load_table",
     "not_predicted_reason",
     "published_file_bytes",
+    "row_facts",
     "row_point",
-    "row_profile",
     "scale_to_file",
 ]
 
@@ -213,10 +213,10 @@ def not_predicted_reason(row: PublishedRow) -> str | None:
     return "; ".join(reasons) or None
 
 
-def row_profile(row: PublishedRow) -> ModelProfile:
+def row_facts(row: PublishedRow) -> ModelFacts:
     """Return the bytes the row's model reads: its shape preset at the row's quant, scaled to the
     file size the source states where it states one."""
-    model = profile_from_preset(row.model, quant=row.quant)
+    model = facts_from_preset(row.model, quant=row.quant)
     return model if row.file_bytes is None else scale_to_file(model, row.file_bytes)
 
 
@@ -241,7 +241,7 @@ def published_file_bytes(model_id: str, quant: str, *,
     return size, row_id
 
 
-def scale_to_file(model: ModelProfile, file_bytes: int) -> ModelProfile:
+def scale_to_file(model: ModelFacts, file_bytes: int) -> ModelFacts:
     """Return ``model`` with its weight bytes scaled to a file of ``file_bytes``."""
     scale = file_bytes / model.weight_bytes_total
     return replace(model, weight_bytes_total=file_bytes,
@@ -255,7 +255,7 @@ def row_point(row: PublishedRow) -> DecodePoint:
     Raises:
         UnsupportedArchitectureError: the row's model is one the floor refuses.
     """
-    floor = predict_floor(row_profile(row), DEVICES[row.device],
+    floor = predict_floor(row_facts(row), DEVICES[row.device],
                           context_tokens=row.context_tokens)
     return DecodePoint(label=row.id, device_id=row.device, model=row.model,
                        floor_ms=floor.itl_floor_ms, measured_ms=row.itl_ms)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from robot_latency.floor.calibration import Calibration
-from robot_latency.floor.devices import HardwareProfile
-from robot_latency.floor.modelinfo import ModelProfile
+from robot_latency.floor.devices import DeviceSheet
+from robot_latency.floor.modelinfo import ModelFacts
 from robot_latency.floor.predict import predict_floor
 from robot_latency.floor.target import predict_target
 from robot_latency.records import CycleRecord
@@ -21,8 +21,8 @@ class FloorPredictor:
     no calibration could be had (the reason is in the manifest).
     """
 
-    def __init__(self, model: ModelProfile, host: HardwareProfile,
-                 target: HardwareProfile, *, calibration: Calibration | None = None,
+    def __init__(self, model: ModelFacts, host: DeviceSheet,
+                 target: DeviceSheet, *, calibration: Calibration | None = None,
                  calibration_error: str | None = None) -> None:
         self.model, self.host, self.target = model, host, target
         self.calibration, self.calibration_error = calibration, calibration_error

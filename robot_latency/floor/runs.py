@@ -78,7 +78,7 @@ def run_points(run_dir: str | Path, *, engine_family: str | None = None) -> RunP
     """Read one run directory into its decode (and prefill) point.
 
     Raises:
-        CalibrationError: a missing or unreadable file, a run without a floor (no model profile)
+        CalibrationError: a missing or unreadable file, a run without a floor (no model facts)
             or without two generated tokens in any model cycle, or no engine family.
     """
     d = Path(run_dir)
@@ -87,7 +87,7 @@ def run_points(run_dir: str | Path, *, engine_family: str | None = None) -> RunP
     model = manifest.get("model")
     if not isinstance(floor, dict) or not isinstance(model, dict):
         raise CalibrationError(f"{d}: the run has no floor prediction (it was run without a "
-                               "model profile); cannot place it against a floor")
+                               "model facts); cannot place it against a floor")
     family = engine_family or engine_family_of(manifest)
     if family is None:
         raise CalibrationError(f"{d}: the manifest does not say the engine family; pass one "

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.floor.calibration import Calibration, check_engine_family, read_calibration
-from robot_latency.floor.devices import HardwareProfile, get_device
+from robot_latency.floor.devices import DeviceSheet, get_device
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.modelinfo import ModelProfile, resolve_model
+from robot_latency.floor.modelinfo import ModelFacts, resolve_model
 from robot_latency.floor.predict import predict_floor, prefill_params
 from robot_latency.floor.published import (
     INTERVAL_COVERAGE,
@@ -79,7 +79,7 @@ class TargetPrediction:
         return out
 
 
-def resolve_calibration(engine_family: str, device: HardwareProfile, *,
+def resolve_calibration(engine_family: str, device: DeviceSheet, *,
                         calibration: str | Path | None = None) -> Calibration:
     """Return the calibration to predict with: a file if given, else the published table's.
 
@@ -93,14 +93,14 @@ def resolve_calibration(engine_family: str, device: HardwareProfile, *,
     return table_calibration(family, device.id)
 
 
-def predict_target(model: ModelProfile, device: HardwareProfile, cal: Calibration, *,
+def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
                    context_tokens: int = 0, prompt_tokens: int | None = None,
                    cached_prefix_tokens: int = 0) -> TargetPrediction:
     """Predict ITL (and TTFT, given a prompt length) of ``model`` on ``device`` under ``cal``.
 
     Args:
-        model: the model's profile.
-        device: the target device's profile.
+        model: the model's facts.
+        device: the target device's datasheet.
         cal: the engine family's calibration for that device.
         context_tokens: tokens already in the KV cache during decode.
         prompt_tokens: prompt length for the TTFT prediction (None: no TTFT).
@@ -189,12 +189,12 @@ class PublishedPrediction:
         return out
 
 
-def with_published_size(spec: str, model: ModelProfile, *,
-                        device_id: str | None = None) -> tuple[ModelProfile, tuple[str, ...]]:
-    """Return a preset's profile scaled to the GGUF size a published row states, with a note.
+def with_published_size(spec: str, model: ModelFacts, *,
+                        device_id: str | None = None) -> tuple[ModelFacts, tuple[str, ...]]:
+    """Return a preset's facts scaled to the GGUF size a published row states, with a note.
 
     Only a preset (``model.source == "preset"``) is scaled, and only where the table states the
-    size of that preset at that quant; a file or config.json profile is returned unchanged.
+    size of that preset at that quant; a file or config.json's facts are returned unchanged.
     """
     if model.source != "preset" or not model.quant:
         return model, ()
@@ -207,15 +207,15 @@ def with_published_size(spec: str, model: ModelProfile, *,
         f"{model.weight_bytes_total / 1e6:.0f} MB)",)
 
 
-def predict_with_interval(device: str | HardwareProfile, engine_family: str,
-                          model: str | ModelProfile, quant: str | None = None, *,
+def predict_with_interval(device: str | DeviceSheet, engine_family: str,
+                          model: str | ModelFacts, quant: str | None = None, *,
                           context_tokens: int = 0) -> PublishedPrediction:
     """Predict the decode step of ``model`` on ``device`` under ``engine_family`` from the table.
 
     Args:
-        device: a device id (``robot-latency devices``) or profile.
+        device: a device id (``robot-latency devices``) or datasheet.
         engine_family: e.g. ``llamacpp-cuda``.
-        model: a preset id, a GGUF or Hugging Face config.json path, or a profile.
+        model: a preset id, a GGUF or Hugging Face config.json path, or its facts.
         quant: the quant of a preset or config.json (default Q4_K_M); None for a GGUF file.
         context_tokens: tokens in the KV cache while decoding.
 

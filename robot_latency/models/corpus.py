@@ -20,8 +20,8 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from robot_latency.plan.actions import COLORS, LOCATIONS, OBJECTS, Step, steps_to_tokens
-from robot_latency.plan.normalize import normalize_command
+from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, Step, steps_to_tokens
+from robot_latency.profiles.normalize import normalize_command
 
 __all__ = [
     "Command",

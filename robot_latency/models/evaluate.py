@@ -16,7 +16,7 @@ import numpy as np
 
 from robot_latency.models.corpus import Command
 from robot_latency.models.tokenizer import Vocab, build_vocab, prompt_tokens
-from robot_latency.plan.actions import PlanParseError, parse_actions
+from robot_latency.profiles.actions import PlanParseError, parse_actions
 
 __all__ = ["EvalResult", "GGUFPlanner", "acceptance_rate", "exact_match"]
 

@@ -115,9 +115,9 @@ def quantize_gguf(src: str | Path, dst: str | Path, quant: str, *, nthread: int 
 
 def _read_level(path: Path, quant: str, seconds: float, sha: str | None = None) -> LadderLevel:
     """Describe a built file from what it holds."""
-    from robot_latency.floor.modelinfo import profile_from_gguf
+    from robot_latency.floor.modelinfo import facts_from_gguf
 
-    prof = profile_from_gguf(path)
+    prof = facts_from_gguf(path)
     counts: dict[str, int] = {}
     for t in prof.tensors:
         counts[t.ggml_type] = counts.get(t.ggml_type, 0) + 1
@@ -141,10 +141,10 @@ SOURCE_TYPES = ("F32", "F16", "BF16")
 def _check_source_precision(src: Path, wanted: Sequence[str]) -> None:
     """Refuse a source already quantized (only the level equal to it could be made honestly)."""
     from robot_latency.floor.errors import ModelInfoError
-    from robot_latency.floor.modelinfo import profile_from_gguf
+    from robot_latency.floor.modelinfo import facts_from_gguf
 
     try:
-        ftype = (profile_from_gguf(src).quant or "").upper()
+        ftype = (facts_from_gguf(src).quant or "").upper()
     except ModelInfoError as err:
         raise LadderError(f"ladder source {src}: {err}") from err
     if ftype and ftype not in SOURCE_TYPES and any(q != ftype for q in wanted):

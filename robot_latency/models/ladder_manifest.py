@@ -55,7 +55,7 @@ class LadderLevel:
         file: the file name, relative to the cache directory.
         bytes: file size.
         sha256: file hash.
-        effective_bpw: ``8 * tensor bytes / params`` read from the file (profile_from_gguf).
+        effective_bpw: ``8 * tensor bytes / params`` read from the file (facts_from_gguf).
         tensor_types: ``{ggml type: tensors of that type}``, read back from the file.
         tensor_type_bytes: ``{ggml type: bytes of that type}``, read back from the file.
         tensors: ``{tensor name: ggml type}``, read back from the file.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.models.corpus import grammar_words, normalize_command
-from robot_latency.plan.actions import ACTION_TOKENS, END_TOKEN, PLAN_TOKEN
+from robot_latency.profiles.actions import ACTION_TOKENS, END_TOKEN, PLAN_TOKEN
 
 if TYPE_CHECKING:
     import gguf

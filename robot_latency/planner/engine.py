@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from robot_latency.engines.base import Engine, create_engine
-from robot_latency.plan.actions import END_TOKEN, PLAN_TOKEN, steps_to_tokens
-from robot_latency.plan.rules import rule_plan
+from robot_latency.profiles.actions import END_TOKEN, PLAN_TOKEN, steps_to_tokens
+from robot_latency.profiles.rules import rule_plan
 
 
 def rule_responder(prompt: str) -> list[str]:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from robot_latency.plan.actions import STOP_STEP_PLAN
-from robot_latency.plan.rules import rule_plan_json
+from robot_latency.profiles.actions import STOP_STEP_PLAN
+from robot_latency.profiles.rules import rule_plan_json
 
 Plan = dict[str, Any]
 

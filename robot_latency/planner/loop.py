@@ -21,9 +21,6 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
-from robot_latency.plan.actions import PlanParseError
-from robot_latency.plan.contract import complete_plan
-from robot_latency.plan.profile import Planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
@@ -34,6 +31,9 @@ from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop
     Runner,
     RunOutcome,
 )
+from robot_latency.profiles.actions import PlanParseError
+from robot_latency.profiles.contract import complete_plan
+from robot_latency.profiles.profile import Planning
 from robot_latency.records import FALLBACK_REASONS, CycleRecord, RecordError
 
 log = logging.getLogger(__name__)

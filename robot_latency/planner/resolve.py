@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robot_latency.plan.profile import Planning, load_planning
 from robot_latency.planner.budget import CpuBudget, available_cpus
 from robot_latency.planner.config import RunSettings, SettingsError
+from robot_latency.profiles.profile import Planning, load_planning
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def resolve_run(spec: RunSettings, *, cores: frozenset[int] | None = None
             follow); ``name`` is the setting.
         RobotLatencyError: a model level that cannot be built.
     """
-    from robot_latency.plan.profile import ProfileError
+    from robot_latency.profiles.profile import ProfileError
 
     notes: list[str] = []
     if spec.log_dir is None:

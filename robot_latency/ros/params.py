@@ -38,7 +38,7 @@ from robot_latency.ros.diagnostics import DiagnosticThresholds
 from robot_latency.ros.param_spec import ParamError, ParamSpec, coerce, coerce_or_none, typed_values
 
 #: Settings (fields of RunSettings) whose ROS parameter has another name.
-PARAM_OF = {"profile": "planner_profile", "target_device": "device_profile"}
+PARAM_OF = {"profile": "planner_profile"}
 
 
 def _spec(name: str, default: Any, kind: str, description: str, **kw: Any) -> ParamSpec:
@@ -62,7 +62,7 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("draft_model", "", "string",
           "draft GGUF for speculative decoding (llamacpp engine only; refused for others "
           "rather than silently ignored); empty: none"),
-    _spec("device_profile", "auto", "string",
+    _spec("target_device", "auto", "string",
           "target device the floor predictions are for (the sim engine simulates it); auto: "
           f"the detected Jetson, or {DEFAULT_TARGET_DEVICE} elsewhere"),
     _spec("engine_family", "", "string",
@@ -175,6 +175,10 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("hybrid_policy", _PC.hybrid_policy, "string",
           "engine hybrid: first_valid (the first schema-valid plan) or prefer_server (the "
           "server's when valid by the give-up time)", choices=HYBRID_POLICIES),
+    # The old spelling of target_device, kept for one release: params files and launch lines
+    # written for the last release keep working (with a note naming the new name).
+    _spec("device_profile", "", "string",
+          "old name of target_device, kept for one release; when set it is used instead"),
 )
 
 PLANNER_NAMES = frozenset(s.name for s in PLANNER_PARAMS)
@@ -203,8 +207,9 @@ class PlannerSettings:
     notes: tuple[str, ...] = ()
 
 
-def resolve_device(device_profile: str, *, sysfs_root: Path = Path("/")) -> str:
-    """Return the device profile id: ``auto`` becomes the detected Jetson's or the default.
+def resolve_device(device: str, *, sysfs_root: Path = Path("/"),
+                   param: str = "target_device") -> str:
+    """Return the device datasheet id: ``auto`` becomes the detected Jetson's or the default.
 
     Raises:
         ParamError: an unknown device id (the message lists the valid ones).
@@ -212,15 +217,15 @@ def resolve_device(device_profile: str, *, sysfs_root: Path = Path("/")) -> str:
     from robot_latency.floor.devices import AUTO_ID, DEVICES, HOST_ID
     from robot_latency.floor.jetson import detect_jetson
 
-    key = device_profile.strip().lower()
+    key = device.strip().lower()
     if key == AUTO_ID:
         info = detect_jetson(sysfs_root)
-        if info is not None and info.profile_id is not None:
-            return info.profile_id
+        if info is not None and info.device_id is not None:
+            return info.device_id
         return DEFAULT_TARGET_DEVICE
     if key != HOST_ID and key not in DEVICES:
-        raise ParamError("device_profile", f"unknown device {device_profile!r}; valid: "
-                                           f"{', '.join([AUTO_ID, HOST_ID, *DEVICES])}")
+        raise ParamError(param, f"unknown device {device!r}; valid: "
+                                f"{', '.join([AUTO_ID, HOST_ID, *DEVICES])}")
     return key
 
 
@@ -239,7 +244,8 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
         ParamError: any bad value; the message names the parameter.
     """
     v = typed_values(PLANNER_PARAMS, values)
-    target = resolve_device(v["device_profile"], sysfs_root=sysfs_root)
+    device_param = "device_profile" if v["device_profile"].strip() else "target_device"
+    target = resolve_device(v[device_param], sysfs_root=sysfs_root, param=device_param)
     try:
         diagnostics = DiagnosticThresholds(**{f.name: v[f.name] for f in
                                               dataclasses.fields(DiagnosticThresholds)})
@@ -274,7 +280,15 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
         raise ParamError("model", str(err)) from err
     return PlannerSettings(run=run, diagnostics=diagnostics,
                            diagnostics_period_s=v["diagnostics_period_s"],
-                           max_cycles=v["max_cycles"], values=v, notes=tuple(notes))
+                           max_cycles=v["max_cycles"], values=v,
+                           notes=tuple(notes) + _old_spellings(device_param))
+
+
+def _old_spellings(device_param: str) -> tuple[str, ...]:
+    if device_param == "device_profile":
+        return ("parameter 'device_profile' is the old name of 'target_device' (kept for one "
+                "release): rename it in your params file or launch line",)
+    return ()
 
 
 def named(err: SettingsError) -> ParamError:

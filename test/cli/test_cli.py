@@ -98,7 +98,7 @@ def test_devices_json_lists_every_orin(capsys: pytest.CaptureFixture[str]) -> No
 def test_detect_on_fixture_tree(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run_json(capsys, "detect", "--root", str(FIXTURES / "jetson" / "agx-orin-64gb-15w"),
                     "--json")
-    assert out["profile_id"] == "orin-agx-64gb-15w"
+    assert out["device_id"] == "orin-agx-64gb-15w"
     assert _run_json(capsys, "detect", "--root", str(FIXTURES / "jetson" / "not-jetson"),
                      "--json") is None
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from robot_latency.floor.shapes import ModelShape
 from robot_latency.models.synth import synth
-from robot_latency.plan.contract import complete_plan
-from robot_latency.plan.profile import load_planning
+from robot_latency.profiles.contract import complete_plan
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import read_records
 from robot_latency.streams import Command, write_bag
 

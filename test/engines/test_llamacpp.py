@@ -19,11 +19,11 @@ import pytest
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.tokenizer import format_prompt
-from robot_latency.plan.actions import actions_gbnf, parse_actions
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.profiles.actions import actions_gbnf, parse_actions
+from robot_latency.profiles.profile import load_planning
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
             "bring me the blue bottle", "find the green ball then go to the garage"]

@@ -29,7 +29,7 @@ from robot_latency.engines import (
 from robot_latency.engines.action_mask import GRAMMAR_MASK, ActionGrammarMask
 from robot_latency.models.onnx_export import export_all
 from robot_latency.models.tokenizer import format_prompt
-from robot_latency.plan.actions import actions_gbnf, parse_actions
+from robot_latency.profiles.actions import actions_gbnf, parse_actions
 
 COMMANDS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
             "bring me the blue bottle", "find the green ball then go to the garage",

@@ -15,7 +15,7 @@ import pytest
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.engines.llama_server import free_port
 from robot_latency.engines.openai_server import OpenAIServerEngine, ServerCheckError, check_server
-from robot_latency.plan.profile import load_planning
+from robot_latency.profiles.profile import load_planning
 
 GUARD_NS = 20_000_000_000  # a deadline that only a hang reaches
 

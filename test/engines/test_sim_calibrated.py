@@ -7,7 +7,7 @@ import pytest
 from robot_latency.clock import ScriptedClock
 from robot_latency.engines import EngineError, GenerationRequest, create_engine
 from robot_latency.floor.devices import DEVICES
-from robot_latency.floor.modelinfo import profile_from_preset
+from robot_latency.floor.modelinfo import facts_from_preset
 from robot_latency.floor.target import predict_target, resolve_calibration
 from robot_latency.planner.engine import rule_responder
 
@@ -23,7 +23,7 @@ def test_sim_steps_are_the_calibrated_prediction() -> None:
     gaps_ms = [(b - a) / 1e6 for a, b in zip(trace.token_ns, trace.token_ns[1:], strict=False)]
     device = DEVICES["orin-nano-8gb-super"]
     cal = resolve_calibration("mlc", device)
-    model = profile_from_preset("llama-3.2-3b", quant="Q4_0")
+    model = facts_from_preset("llama-3.2-3b", quant="Q4_0")
     # the k-th gap decodes with the prompt plus k tokens in the cache
     for k, gap in enumerate(gaps_ms, start=1):
         pred = predict_target(model, device, cal, context_tokens=trace.prompt_tokens + k)

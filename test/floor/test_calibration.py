@@ -16,7 +16,7 @@ from robot_latency.floor.calibration import (
 )
 from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import CalibrationError
-from robot_latency.floor.modelinfo import profile_from_preset
+from robot_latency.floor.modelinfo import facts_from_preset
 from robot_latency.floor.target import predict_target, resolve_calibration
 
 PREDICT_KEYS = {"itl_pred_ms", "itl_pred_interval_ms", "ttft_pred_ms", "itl_floor_ms",
@@ -101,7 +101,7 @@ def test_calibration_for_another_device_or_family_is_refused(tmp_path: Path) -> 
 
 def test_prediction_keys_and_floor_below_prediction() -> None:
     device = DEVICES["orin-nano-8gb-super"]
-    model = profile_from_preset("llama-3.2-3b", quant="Q4_0")
+    model = facts_from_preset("llama-3.2-3b", quant="Q4_0")
     cal = resolve_calibration("mlc", device)
     pred = predict_target(model, device, cal, context_tokens=128, prompt_tokens=64).to_dict()
     assert PREDICT_KEYS <= set(pred)
@@ -121,9 +121,9 @@ def test_host_prefill_is_a_prediction_never_a_floor() -> None:
     host = HostProbe(bandwidth_gbps=20.0, bandwidth_single_gbps=10.0, matmul_gflops=66.0,
                      cpu_cores=2, memory_bytes=8 * 2**30, cpu_model="x", machine="x86_64",
                      hostname="h", probed_at="2026-01-01T00:00:00+00:00",
-                     probe_version=1).to_profile()
+                     probe_version=1).to_sheet()
     assert host.flops_is_peak is False
-    model = profile_from_preset("qwen2.5-0.5b", quant="Q4_0")
+    model = facts_from_preset("qwen2.5-0.5b", quant="Q4_0")
     # a measured float32 matmul rate is no bound: no prefill floor from it
     assert predict_floor(model, host, prompt_tokens=64).prefill_floor_ms is None
     assert predict_floor(model, DEVICES["orin-agx-64gb"], prompt_tokens=64).prefill_floor_ms

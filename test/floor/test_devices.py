@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robot_latency.floor.devices import DEVICES, HardwareProfile, get_device, list_devices
+from robot_latency.floor.devices import DEVICES, DeviceSheet, get_device, list_devices
 from robot_latency.floor.errors import UnknownDeviceError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "jetson"
@@ -98,7 +98,7 @@ def test_ids_are_unique_stable_and_listed_in_order() -> None:
 def test_profile_to_dict_round_trips_through_json() -> None:
     p = DEVICES["orin-agx-64gb-15w"]
     d = json.loads(json.dumps(p.to_dict()))
-    assert HardwareProfile(**d) == p
+    assert DeviceSheet(**d) == p
 
 
 def test_profiles_are_frozen() -> None:
@@ -108,9 +108,9 @@ def test_profiles_are_frozen() -> None:
 
 def test_profile_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
-        HardwareProfile("x", "x", 0.0, GB, None, False, None, None, "test")
+        DeviceSheet("x", "x", 0.0, GB, None, False, None, None, "test")
     with pytest.raises(ValueError):
-        HardwareProfile("x", "x", 1.0, GB, math.nan, True, None, None, "test")
+        DeviceSheet("x", "x", 1.0, GB, math.nan, True, None, None, "test")
 
 
 def test_get_device_returns_builtin_profiles() -> None:

@@ -27,49 +27,49 @@ DETECTION_CASES = {
         module="p3701-0005",
         power_mode="MAXN",
         power_mode_id=0,
-        profile_id="orin-agx-64gb",
+        device_id="orin-agx-64gb",
     ),
     "agx-orin-64gb-15w": JetsonInfo(
         model_string="NVIDIA Jetson AGX Orin Developer Kit",
         module="p3701-0005",
         power_mode="15W",
         power_mode_id=1,
-        profile_id="orin-agx-64gb-15w",
+        device_id="orin-agx-64gb-15w",
     ),
     "agx-orin-32gb-devkit-jp5": JetsonInfo(
         model_string="Jetson AGX Orin",
         module="p3701-0000",
         power_mode="30W",
         power_mode_id=2,
-        profile_id="orin-agx-32gb",
+        device_id="orin-agx-32gb",
     ),
     "orin-nano-8gb-super": JetsonInfo(
         model_string="NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
         module="p3767-0005",
         power_mode="MAXN_SUPER",
         power_mode_id=2,
-        profile_id="orin-nano-8gb-super",
+        device_id="orin-nano-8gb-super",
     ),
     "orin-nx-16gb-10w": JetsonInfo(
         model_string="NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
         module="p3767-0000",
         power_mode="10W",
         power_mode_id=1,
-        profile_id="orin-nx-16gb-10w",
+        device_id="orin-nx-16gb-10w",
     ),
     "orin-nano-4gb-no-part-number": JetsonInfo(
         model_string="NVIDIA Jetson Orin Nano Developer Kit",
         module=None,
         power_mode="10W",
         power_mode_id=0,
-        profile_id="orin-nano-4gb",
+        device_id="orin-nano-4gb",
     ),
     "thor-t5000": JetsonInfo(
         model_string="NVIDIA Jetson AGX Thor Developer Kit",
         module="p3834-0008",
         power_mode="MAXN",
         power_mode_id=0,
-        profile_id="thor-t5000",
+        device_id="thor-t5000",
     ),
 }
 
@@ -97,7 +97,7 @@ def test_garbage_status_keeps_module_and_falls_back_to_maxn(
         module="p3701-0005",
         power_mode=None,
         power_mode_id=None,
-        profile_id="orin-agx-64gb",
+        device_id="orin-agx-64gb",
     )
     assert "nvpmodel status" in caplog.text
 
@@ -124,7 +124,7 @@ def test_missing_nvpmodel_conf_gives_id_without_name(tmp_path: Path) -> None:
     info = detect_jetson(root)
     assert info is not None
     assert (info.power_mode, info.power_mode_id) == (None, 1)
-    assert info.profile_id == "orin-agx-64gb"
+    assert info.device_id == "orin-agx-64gb"
 
 
 def test_other_modes_map_to_the_module_base_profile(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_other_modes_map_to_the_module_base_profile(tmp_path: Path) -> None:
     (root / "var/lib/nvpmodel/status").write_text("pmode:0000 fmode:quiet\n")
     info = detect_jetson(root)
     assert info is not None
-    assert (info.power_mode, info.profile_id) == ("15W", "orin-nano-8gb")
+    assert (info.power_mode, info.device_id) == ("15W", "orin-nano-8gb")
 
 
 def test_nano_super_25w_keeps_full_memory_bandwidth(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_nano_super_25w_keeps_full_memory_bandwidth(tmp_path: Path) -> None:
     (root / "var/lib/nvpmodel/status").write_text("pmode:0001 fmode:quiet\n")
     info = detect_jetson(root)
     assert info is not None
-    assert (info.power_mode, info.profile_id) == ("25W", "orin-nano-8gb-super-25w")
+    assert (info.power_mode, info.device_id) == ("25W", "orin-nano-8gb-super-25w")
 
 
 def test_development_module_with_64gb_memory_maps_to_64gb(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_development_module_with_64gb_memory_maps_to_64gb(tmp_path: Path) -> Non
     (root / "proc/meminfo").write_text("MemTotal:       64335836 kB\n")
     info = detect_jetson(root)
     assert info is not None
-    assert info.profile_id == "orin-agx-64gb"
+    assert info.device_id == "orin-agx-64gb"
 
 
 def test_memory_splits_modules_when_part_number_absent(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_memory_splits_modules_when_part_number_absent(tmp_path: Path) -> None:
     (root / "proc/meminfo").write_text("MemTotal:        7802212 kB\n")
     info = detect_jetson(root)
     assert info is not None
-    assert info.profile_id == "orin-nano-8gb"
+    assert info.device_id == "orin-nano-8gb"
 
 
 def test_part_number_read_from_dtsfilename_when_compatible_lacks_it(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_unknown_tegra_board_is_a_jetson_without_profile(tmp_path: Path) -> None
     )
     info = detect_jetson(root)
     assert info is not None
-    assert (info.module, info.profile_id) == (None, None)
+    assert (info.module, info.device_id) == (None, None)
 
 
 def test_get_device_auto_on_a_jetson() -> None:

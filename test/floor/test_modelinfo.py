@@ -27,13 +27,13 @@ from robot_latency.floor.modelinfo import (
     PRESET_BPW,
     PRESETS,
     QUANT_BPW,
-    ModelProfile,
+    ModelFacts,
     ModelShape,
+    facts_from_gguf,
+    facts_from_hf_config,
+    facts_from_preset,
+    facts_manual,
     kv_bytes_per_token,
-    profile_from_gguf,
-    profile_from_hf_config,
-    profile_from_preset,
-    profile_manual,
     quant_bpw,
     resolve_model,
 )
@@ -133,7 +133,7 @@ def test_kv_bytes_per_token_rejects_bad_input() -> None:
 
 
 def test_untied_f32_profile(untied_f32: Path) -> None:
-    p = profile_from_gguf(untied_f32)
+    p = facts_from_gguf(untied_f32)
     assert p.source == "gguf"
     assert p.path == str(untied_f32)
     assert p.name == "tiny-llama"
@@ -156,7 +156,7 @@ def test_untied_f32_profile(untied_f32: Path) -> None:
 
 
 def test_tied_f32_profile_reads_embedding_in_full(tied_f32: Path) -> None:
-    p = profile_from_gguf(tied_f32, kv_dtype="q8_0")
+    p = facts_from_gguf(tied_f32, kv_dtype="q8_0")
     assert p.tied_embeddings is True
     assert p.params == TIED_PARAMS == 80448
     assert p.weight_bytes_total == 4 * 80448 == 321792
@@ -166,7 +166,7 @@ def test_tied_f32_profile_reads_embedding_in_full(tied_f32: Path) -> None:
 
 
 def test_q8_0_profile_per_type_bytes(untied_q8: Path) -> None:
-    p = profile_from_gguf(untied_q8)
+    p = facts_from_gguf(untied_q8)
     q8_elems = N_LAYERS * LAYER_MATRIX_ELEMS + EMBD_ELEMS  # layer matrices + output head = 80128
     assert p.tensor_types == {
         "F16": 6400 * 2,  # token_embd
@@ -189,7 +189,7 @@ def test_gguf_profile_matches_shape_arithmetic(untied_f32: Path, tied_f32: Path)
             n_kv_heads=2, head_dim=16, ffn=128, vocab_size=100, tied_embeddings=tied,
             qkv_bias=False, context_length=256,
         )
-        p = profile_from_gguf(path)
+        p = facts_from_gguf(path)
         assert shape.param_count() == p.params
         assert 4 * (shape.matrix_params_per_step() + shape.vector_params()) == (
             p.weight_bytes_per_step
@@ -197,20 +197,20 @@ def test_gguf_profile_matches_shape_arithmetic(untied_f32: Path, tied_f32: Path)
 
 
 def test_key_length_sets_head_dim(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
-    p = profile_from_gguf(tiny_llama_gguf(tmp_path / "kl.gguf", key_length=32))
+    p = facts_from_gguf(tiny_llama_gguf(tmp_path / "kl.gguf", key_length=32))
     assert p.head_dim == 32
     assert p.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2
 
 
 def test_general_file_type_name(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -> None:
     path = tiny_llama_gguf(tmp_path / "f.gguf", file_type=gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    assert profile_from_gguf(path).quant == "Q4_K_M"
+    assert facts_from_gguf(path).quant == "Q4_K_M"
     path = tiny_llama_gguf(tmp_path / "g.gguf", file_type=gguf.LlamaFileType.ALL_F32)
-    assert profile_from_gguf(path).quant == "F32"
+    assert facts_from_gguf(path).quant == "F32"
 
 
 def test_to_dict_is_json_ready(untied_q8: Path) -> None:
-    p = profile_from_gguf(untied_q8)
+    p = facts_from_gguf(untied_q8)
     d = p.to_dict()
     assert "tensors" not in d
     assert d["weight_bytes_per_step"] == p.weight_bytes_per_step
@@ -221,7 +221,7 @@ def test_to_dict_is_json_ready(untied_q8: Path) -> None:
 
 
 def test_profile_is_frozen(untied_f32: Path) -> None:
-    p = profile_from_gguf(untied_f32)
+    p = facts_from_gguf(untied_f32)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.params = 1  # type: ignore[misc]
 
@@ -233,7 +233,7 @@ def test_profile_is_frozen(untied_f32: Path) -> None:
 
 def _error(path: Path) -> str:
     with pytest.raises(ModelInfoError) as exc:
-        profile_from_gguf(path)
+        facts_from_gguf(path)
     msg = str(exc.value)
     assert str(path) in msg
     return msg
@@ -322,7 +322,7 @@ def test_vocab_only_file(tmp_path: Path, tiny_llama_gguf: Callable[..., Path]) -
 
 def test_bad_kv_dtype_for_file(untied_f32: Path) -> None:
     with pytest.raises(ModelInfoError, match="KV cache type"):
-        profile_from_gguf(untied_f32, kv_dtype="int3")
+        facts_from_gguf(untied_f32, kv_dtype="int3")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def test_preset_ids() -> None:
 def test_preset_params_within_2_percent(preset_id: str, params: float) -> None:
     shape = PRESETS[preset_id]
     assert abs(shape.param_count() - params) / params < 0.02
-    assert profile_from_preset(preset_id).params == shape.param_count()
+    assert facts_from_preset(preset_id).params == shape.param_count()
 
 
 def test_preset_exact_counts() -> None:
@@ -384,7 +384,7 @@ def test_preset_bytes_hand_worked_tied_f16() -> None:
     matrices = 30 * (attn + mlp) + 49152 * 576  # tied: one 49152x576 table = 134479872
     vectors = 30 * 2 * 576 + 576  # 35136
     assert matrices == 134_479_872 and vectors == 35_136
-    p = profile_from_preset("smollm2-135m", quant="f16")
+    p = facts_from_preset("smollm2-135m", quant="f16")
     assert p.params == matrices + vectors
     assert p.weight_bytes_total == matrices * 2 + vectors * 4 == 269_100_288
     assert p.weight_bytes_per_step == p.weight_bytes_total  # tied: read in full as the head
@@ -393,9 +393,9 @@ def test_preset_bytes_hand_worked_tied_f16() -> None:
 
 
 def test_preset_bytes_untied_excludes_embedding() -> None:
-    p = profile_from_preset("tinyllama-1.1b", quant="F16")
+    p = facts_from_preset("tinyllama-1.1b", quant="F16")
     assert p.weight_bytes_total - p.weight_bytes_per_step == 32000 * 2048 * 2
-    q = profile_from_preset("llama-3-8b", quant="Q4_K_M")
+    q = facts_from_preset("llama-3-8b", quant="Q4_K_M")
     matrices = PRESETS["llama-3-8b"].matrix_params()
     vectors = PRESETS["llama-3-8b"].vector_params()
     assert q.weight_bytes_total == round(matrices * 4.90 / 8) + 4 * vectors
@@ -410,7 +410,7 @@ def test_preset_qwen_has_qkv_bias() -> None:
 
 def test_unknown_preset() -> None:
     with pytest.raises(UnknownPresetError) as exc:
-        profile_from_preset("gpt-5")
+        facts_from_preset("gpt-5")
     assert "gpt-5" in str(exc.value) and "llama-3-8b" in str(exc.value)
 
 
@@ -420,19 +420,19 @@ def test_unknown_preset() -> None:
 
 
 def test_profile_manual() -> None:
-    p = profile_manual(params=1_000_000_000, weight_bits=4.5, kv_bytes_per_token=4096, name="x")
+    p = facts_manual(params=1_000_000_000, weight_bits=4.5, kv_bytes_per_token=4096, name="x")
     assert p.weight_bytes_total == p.weight_bytes_per_step == 562_500_000
     assert p.effective_bpw == pytest.approx(4.5)
     assert (p.source, p.name, p.kv_bytes_per_token, p.n_layers) == ("manual", "x", 4096, None)
     with pytest.raises(ModelInfoError):
-        profile_manual(params=0, weight_bits=4.5, kv_bytes_per_token=1)
+        facts_manual(params=0, weight_bits=4.5, kv_bytes_per_token=1)
     with pytest.raises(ModelInfoError):
-        profile_manual(params=10, weight_bits=0, kv_bytes_per_token=1)
+        facts_manual(params=10, weight_bits=0, kv_bytes_per_token=1)
 
 
 def test_resolve_file(untied_f32: Path) -> None:
     p = resolve_model(str(untied_f32), kv_dtype="q4_0")
-    assert isinstance(p, ModelProfile) and p.source == "gguf"
+    assert isinstance(p, ModelFacts) and p.source == "gguf"
     assert p.kv_bytes_per_token == 128 * 18 // 32
 
 
@@ -476,7 +476,7 @@ def test_hf_config_gives_the_presets_shape(tmp_path: Path) -> None:
     (tmp_path / "qwen3").mkdir()
     path = _config(tmp_path / "qwen3", QWEN3_06B_CONFIG)
     prof = resolve_model(str(path), quant="Q8_0")
-    preset = profile_from_preset("qwen3-0.6b", quant="Q8_0")
+    preset = facts_from_preset("qwen3-0.6b", quant="Q8_0")
     assert prof.source == "config.json" and prof.quant == "Q8_0"
     assert (prof.params, prof.weight_bytes_per_step, prof.kv_bytes_per_token) == (
         preset.params, preset.weight_bytes_per_step, preset.kv_bytes_per_token)
@@ -485,7 +485,7 @@ def test_hf_config_gives_the_presets_shape(tmp_path: Path) -> None:
 
 def test_hf_config_multimodal_text_config_and_untied(tmp_path: Path) -> None:
     text = {**QWEN3_06B_CONFIG, "tie_word_embeddings": False}
-    prof = profile_from_hf_config(_config(tmp_path, {"model_type": "qwen3_vl",
+    prof = facts_from_hf_config(_config(tmp_path, {"model_type": "qwen3_vl",
                                                      "text_config": text}))
     assert prof.tied_embeddings is False
     assert prof.weight_bytes_total > prof.weight_bytes_per_step
@@ -500,7 +500,7 @@ def test_hf_config_multimodal_text_config_and_untied(tmp_path: Path) -> None:
 ])
 def test_hf_config_refuses_what_it_cannot_count(tmp_path: Path, doc: dict, match: str) -> None:
     with pytest.raises(UnsupportedArchitectureError, match=match) as exc:
-        profile_from_hf_config(_config(tmp_path, doc))
+        facts_from_hf_config(_config(tmp_path, doc))
     assert len(str(exc.value).splitlines()) == 1 and "config.json" in str(exc.value)
 
 
@@ -514,7 +514,7 @@ def test_hf_config_bad_fields_are_named(tmp_path: Path, doc: object, match: str)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(ModelInfoError, match=match):
-        profile_from_hf_config(path)
+        facts_from_hf_config(path)
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ModelInfoError, match="not a JSON config"):
         resolve_model(str(tmp_path / "broken.json"))
@@ -524,4 +524,4 @@ def test_refused_preset_names_the_reason() -> None:
     with pytest.raises(UnsupportedArchitectureError, match=r"LFM2\.5-1\.2B.*hybrid state-space"):
         resolve_model("lfm2.5-1.2b")
     with pytest.raises(UnsupportedArchitectureError, match="Nemotron"):
-        profile_from_preset("nemotron3-nano-4b")
+        facts_from_preset("nemotron3-nano-4b")

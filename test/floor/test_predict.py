@@ -11,7 +11,7 @@ import pytest
 
 from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import FloorError
-from robot_latency.floor.modelinfo import profile_from_preset, profile_manual
+from robot_latency.floor.modelinfo import facts_from_preset, facts_manual
 from robot_latency.floor.predict import (
     decode_step_floor_s,
     expected_tokens_per_round,
@@ -58,7 +58,7 @@ def test_memory_needed_adds_draft_and_batch() -> None:
 
 def test_predict_floor_manual_model_on_orin_nano() -> None:
     # 1e9 params at 4 bits = 0.5 GB read per step; Orin Nano 8GB: 68 GB/s.
-    model = profile_manual(params=10**9, weight_bits=4.0, kv_bytes_per_token=1000)
+    model = facts_manual(params=10**9, weight_bits=4.0, kv_bytes_per_token=1000)
     pred = predict_floor(model, DEVICES["orin-nano-8gb"], context_tokens=1000)
     assert pred.weight_bytes_per_step == 5 * 10**8
     assert pred.kv_bytes_per_seq == 10**6
@@ -71,15 +71,15 @@ def test_predict_floor_manual_model_on_orin_nano() -> None:
 
 def test_predict_floor_memory_does_not_fit() -> None:
     # 8e9 params at 16 bits = 16 GB: no room on an 8 GB module.
-    model = profile_manual(params=8 * 10**9, weight_bits=16.0, kv_bytes_per_token=0)
+    model = facts_manual(params=8 * 10**9, weight_bits=16.0, kv_bytes_per_token=0)
     pred = predict_floor(model, DEVICES["orin-nano-8gb"])
     assert pred.fits_in_memory is False
     assert pred.memory_needed_bytes == 16 * 10**9
 
 
 def test_draft_counts_in_memory_fit() -> None:
-    target = profile_manual(params=10**9, weight_bits=8.0, kv_bytes_per_token=100)
-    draft = profile_manual(params=10**8, weight_bits=8.0, kv_bytes_per_token=10)
+    target = facts_manual(params=10**9, weight_bits=8.0, kv_bytes_per_token=100)
+    draft = facts_manual(params=10**8, weight_bits=8.0, kv_bytes_per_token=10)
     alone = predict_floor(target, DEVICES["orin-agx-64gb"], context_tokens=50)
     paired = predict_floor(target, DEVICES["orin-agx-64gb"], context_tokens=50, draft=draft)
     assert paired.memory_needed_bytes - alone.memory_needed_bytes == 10**8 + 10 * 50
@@ -88,7 +88,7 @@ def test_draft_counts_in_memory_fit() -> None:
 
 
 def test_prefill_on_a_device_uses_its_flops() -> None:
-    model = profile_manual(params=10**9, weight_bits=4.0, kv_bytes_per_token=0)
+    model = facts_manual(params=10**9, weight_bits=4.0, kv_bytes_per_token=0)
     h100 = DEVICES["h100-sxm"]
     pred = predict_floor(model, h100, prompt_tokens=1000, compute_efficiency=0.5)
     assert pred.prefill_floor_ms == pytest.approx(2e9 * 1000 / (0.5 * 989e12) * 1e3)
@@ -97,7 +97,7 @@ def test_prefill_on_a_device_uses_its_flops() -> None:
 def test_preset_qwen_floor_on_agx_orin() -> None:
     # Qwen2.5-0.5B is tied: per-step bytes include the embedding (read as the output head), so
     # they are nearly all the weights; the floor must sit between the weights-only bounds.
-    model = profile_from_preset("qwen2.5-0.5b", quant="F16")
+    model = facts_from_preset("qwen2.5-0.5b", quant="F16")
     pred = predict_floor(model, DEVICES["orin-agx-64gb"])
     assert model.tied_embeddings is True
     assert pred.weight_bytes_per_step > 0.9 * model.weight_bytes_total

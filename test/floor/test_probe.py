@@ -65,7 +65,7 @@ def test_probe_host_rejects_bad_arguments() -> None:
 def test_host_probe_dict_round_trip_and_profile() -> None:
     probe = probe_host(**FAST_PROBE)
     assert HostProbe.from_dict(json.loads(json.dumps(probe.to_dict()))) == probe
-    profile = probe.to_profile()
+    profile = probe.to_sheet()
     assert profile.id == "host" and profile.family == "host"
     assert profile.bandwidth_gbps == probe.bandwidth_gbps
     assert profile.memory_bytes == probe.memory_bytes

@@ -17,7 +17,7 @@ from robot_latency.models import bundled
 from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
 from robot_latency.models.evaluate import GGUFPlanner, acceptance_rate, exact_match
 from robot_latency.models.tokenizer import build_vocab
-from robot_latency.plan.actions import expand_to_plan, parse_actions, validate_plan
+from robot_latency.profiles.actions import expand_to_plan, parse_actions, validate_plan
 
 N_EVAL = 200
 

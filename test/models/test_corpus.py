@@ -11,7 +11,7 @@ from robot_latency.models.corpus import (
     heldout_keys,
     normalize_command,
 )
-from robot_latency.plan.actions import COLORS, LOCATIONS, OBJECTS, parse_actions
+from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, parse_actions
 
 SMALL = CorpusConfig(seed=7, n_train=3000, n_heldout=300)
 

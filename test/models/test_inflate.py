@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from robot_latency.engines.greedy import greedy_plans
-from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf
+from robot_latency.floor.modelinfo import PRESETS, ModelShape, facts_from_gguf
 from robot_latency.models import inflate as inf
 from robot_latency.models.evaluate import GGUFPlanner
 from robot_latency.models.export import GGUFShape, gguf_tensor_names
@@ -69,7 +69,7 @@ def pair(tmp_path_factory, tiny_gguf):
 
 def test_inflated_shape(pair) -> None:
     _, big = pair
-    prof = profile_from_gguf(big)
+    prof = facts_from_gguf(big)
     got = (prof.n_layers, prof.hidden, prof.n_heads, prof.n_kv_heads, prof.ffn)
     assert got == (5, 384, 6, 2, 640)
     assert prof.vocab_size == BIG.vocab_size
@@ -232,7 +232,7 @@ def test_packing_capacity_errors() -> None:
 
 def test_packed_inflated_file(packed_pair) -> None:
     _, big = packed_pair
-    prof = profile_from_gguf(big)
+    prof = facts_from_gguf(big)
     assert (prof.n_layers, prof.hidden, prof.n_heads, prof.n_kv_heads, prof.head_dim) == (
         5, 320, 10, 2, 32
     )

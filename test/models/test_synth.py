@@ -7,18 +7,18 @@ import llama_cpp  # noqa: F401  (a hard requirement: a missing one fails)
 import pytest
 
 from robot_latency.engines.base import GenerationRequest, create_engine
-from robot_latency.floor.modelinfo import PRESETS, ModelShape, profile_from_gguf
+from robot_latency.floor.modelinfo import PRESETS, ModelShape, facts_from_gguf
 from robot_latency.models import synth as syn
 from robot_latency.models.ladder import LadderError
 from robot_latency.models.tokenizer import build_vocab, format_prompt
-from robot_latency.plan.actions import actions_gbnf
+from robot_latency.profiles.actions import actions_gbnf
 
 
 def test_smollm2_135m_q4_0(tmp_path) -> None:
     out = syn.synth("smollm2-135m", "Q4_0", tmp_path / "s.gguf", seed=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.gguf"]  # intermediate F16 deleted
     preset = PRESETS["smollm2-135m"]
-    prof = profile_from_gguf(out)
+    prof = facts_from_gguf(out)
     assert (prof.n_layers, prof.n_heads, prof.n_kv_heads, prof.head_dim, prof.hidden, prof.ffn) == (
         30, 9, 3, 64, 576, 1536)
     assert prof.vocab_size == preset.vocab_size
@@ -51,7 +51,7 @@ def test_custom_shape_f16_untied_deterministic(tmp_path) -> None:
     a = syn.synth(shape, "F16", tmp_path / "a.gguf", seed=1)
     b = syn.synth(shape, "F16", tmp_path / "b.gguf", seed=1)
     assert a.read_bytes() == b.read_bytes()
-    prof = profile_from_gguf(a)
+    prof = facts_from_gguf(a)
     assert prof.params == shape.param_count()
     assert prof.tied_embeddings is False
     assert prof.context_length == 256

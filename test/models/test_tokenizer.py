@@ -8,7 +8,7 @@ import pytest
 
 from robot_latency.models.corpus import grammar_words
 from robot_latency.models.tokenizer import SPACE, PlannerTokenizer, build_vocab, format_prompt
-from robot_latency.plan.actions import ACTION_TOKENS
+from robot_latency.profiles.actions import ACTION_TOKENS
 
 
 @pytest.fixture(scope="module")

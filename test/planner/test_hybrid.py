@@ -12,12 +12,12 @@ import pytest
 
 from robot_latency.cli import main
 from robot_latency.engines.base import create_engine
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.hybrid import HybridRunner
 from robot_latency.planner.loop import PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord, read_records
 
 CONFIG = RunSettings(period_ms=6000, deadline_ms=6000, publish_margin_ms=100)

@@ -9,11 +9,11 @@ import pytest
 from robot_latency.clock import ScriptedClock
 from robot_latency.engines import GenerationRequest, GenerationTrace
 from robot_latency.engines.sim import SimConfig, SimEngine
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings, SettingsError
 from robot_latency.planner.engine import create_planner_engine, rule_responder
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord, RecordError
 
 MS = 1_000_000

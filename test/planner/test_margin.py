@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from robot_latency.clock import ScriptedClock
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings, SettingsError
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.margin import LEGS, SLACK_NS, MarginSettings, TransportMargin
+from robot_latency.profiles.profile import load_planning
 
 MS = 1_000_000
 

@@ -15,10 +15,10 @@ import pytest
 
 from robot_latency.engines.base import create_engine
 from robot_latency.engines.llama_server import free_port
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
 CONFIG = RunSettings(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)

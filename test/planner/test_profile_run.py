@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from robot_latency.cli import main
-from robot_latency.plan.actions import instruct_plan_schema
+from robot_latency.profiles.actions import instruct_plan_schema
 from robot_latency.records import read_records
 from robot_latency.streams import Command, write_jsonl
 

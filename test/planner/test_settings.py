@@ -39,7 +39,7 @@ def test_cli_and_node_build_the_same_engine_settings(tmp_path: Path, flags: list
                                device="orin-agx-64gb", deadline_ms=300.0, period_ms=400.0,
                                label=None, cores=TWO)
     node = planner_settings({"model": model, "mode": "event", "deadline_ms": 300,
-                             "period_ms": 400, "device_profile": "orin-agx-64gb",
+                             "period_ms": 400, "target_device": "orin-agx-64gb",
                              "log_dir": str(tmp_path / "node"), **params}, cpu_count=2).run
     assert cli.engine_options == node.engine_options
     # the one difference by design: the node publishes over DDS and measures the transport

@@ -13,12 +13,12 @@ import time
 import pytest
 
 from robot_latency.engines.base import GenerationRequest
-from robot_latency.plan.actions import PLAN_TOKEN
-from robot_latency.plan.profile import load_planning
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop, RunOutcome
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.worker import ProcessRunner
+from robot_latency.profiles.actions import PLAN_TOKEN
+from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
 CUP = "pick up the red cup and put it on the tray"

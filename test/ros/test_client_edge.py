@@ -156,7 +156,7 @@ def test_replayer_measures_reaction_at_the_client_edge_over_dds(tmp_path: Path) 
     node_log = open(tmp_path / "node.log", "wb")
     node = subprocess.Popen(
         [sys.executable, "-m", "robot_latency.ros.planner_node",
-         *_ros_args({"engine": "sim", "device_profile": "orin-agx-64gb", "mode": "event",
+         *_ros_args({"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
                      "deadline_ms": 150.0, "period_ms": 200.0, "log_dir": str(run_dir),
                      "label": "sim"})],
         env=env, stdout=node_log, stderr=subprocess.STDOUT)

@@ -24,9 +24,10 @@ CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES,
                    "managed_planner_node": PLANNER_NAMES}
 PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
-                            "device_profile", "params_file", "log_dir", "planner_profile",
+                            "target_device", "params_file", "log_dir", "planner_profile",
                             "managed", "autostart", "on_new_command", "server_url",
-                            "server_model", "server_api", "hybrid_policy"}
+                            "server_model", "server_api", "hybrid_policy",
+                            "device_profile"}  # the old name of target_device, for one release
 
 
 def _console_scripts() -> set[str]:
@@ -143,4 +144,4 @@ def test_config_holds_valid_declared_parameters(path: Path, tmp_path: Path) -> N
     settings = planner_settings({**params, "log_dir": str(tmp_path)})
     planner = settings.run.settings
     assert planner.deadline_ms < planner.period_ms
-    assert settings.values["device_profile"] == params["device_profile"]
+    assert settings.values["target_device"] == params["target_device"]

@@ -34,7 +34,7 @@ DRIVER = Path(__file__).with_name("launch_driver.py")
 SOURCES = ("setup.py", "package.xml", "resource", "launch", "config", "robot_latency")
 # Domains 1-100 are test_planner_node's and 1-200 the demo's: stay clear of both.
 DOMAIN_ID = random.randint(201, 232)
-SIM = ["engine:=sim", "device_profile:=orin-agx-64gb", "period_ms:=100.0", "deadline_ms:=80.0"]
+SIM = ["engine:=sim", "target_device:=orin-agx-64gb", "period_ms:=100.0", "deadline_ms:=80.0"]
 
 if not VENDOR.is_dir():
     pytest.skip(f"needs launch and launch_ros source in {VENDOR} (../shared/vendor/ros2_launch, "

@@ -51,7 +51,7 @@ from launch.actions import IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 ld = LaunchDescription([IncludeLaunchDescription(PythonLaunchDescriptionSource(
     {str(prefix / "share" / "robot_latency" / "launch" / "planner.launch.py")!r}),
-    launch_arguments={{"managed": "true", "engine": "sim", "device_profile": "orin-agx-64gb",
+    launch_arguments={{"managed": "true", "engine": "sim", "target_device": "orin-agx-64gb",
                       "period_ms": "100", "deadline_ms": "80",
                       "log_dir": {str(run)!r}}}.items())])
 ls = LaunchService()

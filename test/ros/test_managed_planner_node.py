@@ -149,7 +149,7 @@ def test_a_bad_model_path_fails_configure_and_leaves_it_unconfigured(
 
 def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    proc = _start(tmp_path, {"engine": "sim", "device_profile": "orin-agx-64gb",
+    proc = _start(tmp_path, {"engine": "sim", "target_device": "orin-agx-64gb",
                              "mode": "event", "deadline_ms": "150.0", "period_ms": "200.0",
                              "log_dir": str(run)})
     try:
@@ -199,7 +199,7 @@ def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path)
 
 def test_shutdown_from_active_closes_the_run(manager: Manager, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    proc = _start(tmp_path, {"engine": "sim", "device_profile": "orin-agx-64gb",
+    proc = _start(tmp_path, {"engine": "sim", "target_device": "orin-agx-64gb",
                              "period_ms": "100.0", "deadline_ms": "80.0", "log_dir": str(run)})
     try:
         assert manager.transition(Transition.TRANSITION_CONFIGURE)

@@ -85,7 +85,7 @@ class Nodes:
 
         def overrides(kind: str) -> list[Parameter]:
             return [Parameter("engine", value="sim"),
-                    Parameter("device_profile", value="orin-agx-64gb"),
+                    Parameter("target_device", value="orin-agx-64gb"),
                     Parameter("mode", value="event"), Parameter("deadline_ms", value=5000.0),
                     Parameter("period_ms", value=5000.0),
                     Parameter("planner_profile", value=str(profile)),

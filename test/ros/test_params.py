@@ -34,7 +34,7 @@ def test_tables_have_unique_names_and_valid_defaults(tmp_path: Path) -> None:
 
 
 def test_sim_engine_simulates_the_target(tmp_path: Path) -> None:
-    s = planner_settings({"engine": "sim", "device_profile": "orin-agx-64gb",
+    s = planner_settings({"engine": "sim", "target_device": "orin-agx-64gb",
                           "log_dir": str(tmp_path), "deadline_ms": 80, "period_ms": "100",
                           "fallback": "rule, stop"})
     assert s.run.engine_options == {"device": "orin-agx-64gb", "model": "qwen2.5-0.5b",
@@ -88,7 +88,7 @@ def test_default_log_dir_is_under_ros_home(monkeypatch: pytest.MonkeyPatch,
     ({"max_tokens": 2.5}, "max_tokens"),
     ({"mailbox_capacity": True}, "mailbox_capacity"),
     ({"publish_margin_ms": 150.0}, "publish_margin_ms"),
-    ({"device_profile": "xavier-nx"}, "device_profile"),
+    ({"target_device": "xavier-nx"}, "target_device"),
     ({"miss_rate_warn": 0.5, "miss_rate_error": 0.1}, "miss_rate_warn"),
     ({"miss_rate_error": 1.5}, "miss_rate_error"),
     ({"draft_model": "draft.gguf"}, "draft_model"),
@@ -189,3 +189,20 @@ def test_a_late_send_does_not_delay_the_next() -> None:
     # "b" goes out late (at 150, not 100); "c" still at its own time, 300: no drift.
     assert sent == [("a", 0), ("b", 150), ("c", 300)]
     assert report.sent == 3 and report.lateness_ms == [0.0, 50 / 1e6, 0.0]
+
+
+def test_the_old_name_device_profile_still_sets_the_target_device(tmp_path: Path) -> None:
+    """Renamed to target_device (a device's datasheet, not a profile): the old name keeps working
+    for one release, with a note naming the new one; a bad value is reported under the name the
+    user wrote."""
+    s = planner_settings({"engine": "sim", "device_profile": "orin-agx-64gb",
+                          "log_dir": str(tmp_path)})
+    assert s.run.settings.target_device == "orin-agx-64gb"
+    assert any("'target_device'" in note for note in s.notes)
+    with pytest.raises(ParamError) as err:
+        planner_settings({"engine": "sim", "device_profile": "xavier-nx",
+                          "log_dir": str(tmp_path)})
+    assert err.value.name == "device_profile"
+    plain = planner_settings({"engine": "sim", "target_device": "orin-agx-64gb",
+                              "log_dir": str(tmp_path)})
+    assert not any("device_profile" in note for note in plain.notes)

@@ -40,7 +40,7 @@ DOMAIN_ID = random.randint(1, 100)
 ENVELOPE_KEYS = {"cycle", "command_id", "source", "fallback_reason", "plan", "deadline_met",
                  "cycle_ms"}
 BIN = Path(sys.executable).parent
-SIM = ["-p", "engine:=sim", "-p", "device_profile:=orin-agx-64gb"]
+SIM = ["-p", "engine:=sim", "-p", "target_device:=orin-agx-64gb"]
 
 
 def ros_env() -> dict[str, str]:
@@ -131,7 +131,7 @@ def planner(ros: tuple[Context, MultiThreadedExecutor],
     context, executor = ros
     log_dir = tmp_path_factory.mktemp("planner-run")
     overrides = [Parameter("engine", value="sim"),
-                 Parameter("device_profile", value="orin-agx-64gb"),
+                 Parameter("target_device", value="orin-agx-64gb"),
                  Parameter("period_ms", value=100.0), Parameter("deadline_ms", value=80),
                  Parameter("max_command_chars", value=512),
                  Parameter("log_dir", value=str(log_dir)),

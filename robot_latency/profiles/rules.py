@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from robot_latency.plan.actions import COLORS, LOCATIONS, OBJECTS, Step, expand_to_plan
+from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, Step, expand_to_plan
 
 # Verb keywords per action, checked in this order (first match in a clause wins).
 _ACTION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -1,8 +1,9 @@
 """The action language's vocabulary: the actions, objects, colours, locations and speeds, and
 the token each one is written as (``<pick>``, ``<col:red>``, ``<obj:cup>``, ``<loc:tray>``).
 
-The parser (:mod:`robot_latency.plan.actions`) and the schema and grammar
-(:mod:`robot_latency.plan.action_schema`) are built from these lists, so they cannot drift apart.
+The parser (:mod:`robot_latency.profiles.actions`) and the schema and grammar
+(:mod:`robot_latency.profiles.action_schema`)
+are built from these lists, so they cannot drift apart.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ The planner expands a parsed sequence into the JSON plan whose schema ships as
 over the token text (``robot_latency/data/plan_actions.gbnf``) is generated from the same lists
 (:func:`actions_gbnf`), so the vocabulary, the parser and the grammar cannot drift apart.
 
-The vocabulary lives in :mod:`robot_latency.plan.vocabulary`, the schema and grammar in
-:mod:`robot_latency.plan.action_schema`; this module re-exports their names.
+The vocabulary lives in :mod:`robot_latency.profiles.vocabulary`, the schema and grammar in
+:mod:`robot_latency.profiles.action_schema`; this module re-exports their names.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
-from robot_latency.plan.action_schema import (
+from robot_latency.profiles.action_schema import (
     INSTRUCT_MAX_STEPS,
     actions_gbnf,
     instruct_plan_schema,
@@ -51,7 +51,7 @@ from robot_latency.plan.action_schema import (
     render_plan_files,
     write_plan_files,
 )
-from robot_latency.plan.vocabulary import (
+from robot_latency.profiles.vocabulary import (
     ACTION_TOKENS,
     ACTIONS,
     COLORS,
@@ -309,5 +309,5 @@ def validate_plan(plan: Any) -> list[Step]:
 
 
 if __name__ == "__main__":
-    # python -m robot_latency.plan.actions  -> regenerate the shipped grammar and schema
+    # python -m robot_latency.profiles.actions  -> regenerate the shipped grammar and schema
     write_plan_files(Path(__file__).resolve().parent.parent / "data")

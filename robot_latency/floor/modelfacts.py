@@ -1,4 +1,4 @@
-"""What the floor model knows about a model: bits per weight, KV bytes, and the profile record.
+"""What the floor model knows about a model: bits per weight, KV bytes, and the facts record.
 
 Bits per weight come from two tables:
 
@@ -26,7 +26,7 @@ __all__ = [
     "KV_DTYPE_BYTES",
     "PRESET_BPW",
     "QUANT_BPW",
-    "ModelProfile",
+    "ModelFacts",
     "TensorInfo",
     "kv_bytes_per_token",
     "quant_bpw",
@@ -156,7 +156,7 @@ _SOURCES = ("gguf", "preset", "manual", "config.json")
 
 
 @dataclass(frozen=True)
-class ModelProfile:
+class ModelFacts:
     """What the floor model needs to know about a model.
 
     ``weight_bytes_per_step`` is the bytes one decode step reads: every tensor except the
@@ -188,7 +188,7 @@ class ModelProfile:
 
     def __post_init__(self) -> None:
         if self.source not in _SOURCES:
-            raise ModelInfoError(f"profile source must be one of {_SOURCES}, got {self.source!r}")
+            raise ModelInfoError(f"facts source must be one of {_SOURCES}, got {self.source!r}")
         if self.params <= 0:
             raise ModelInfoError(f"{self.name}: params must be positive, got {self.params}")
         if self.weight_bytes_per_step > self.weight_bytes_total:
@@ -203,7 +203,7 @@ class ModelProfile:
         return 8 * self.weight_bytes_total / self.params
 
     def to_dict(self, *, include_tensors: bool = False) -> dict[str, Any]:
-        """A JSON-ready dict of the profile (tensors only when asked: large for real models)."""
+        """A JSON-ready dict of the facts (tensors only when asked: large for real models)."""
         out: dict[str, Any] = {
             "name": self.name,
             "source": self.source,

@@ -1,7 +1,7 @@
 """Output contracts: what the model must write, the grammar that constrains it, and its parser.
 
-- ``actions``: the bundled planner's action tokens (:mod:`robot_latency.plan.actions`), parsed and
-  expanded to the JSON plan.
+- ``actions``: the bundled planner's action tokens (:mod:`robot_latency.profiles.actions`), parsed
+  and expanded to the JSON plan.
 - ``json``: a JSON object under a JSON Schema. Decoding is constrained by the GBNF grammar that
   llama-cpp-python derives from the schema (``llama_grammar.json_schema_to_gbnf``); the output is
   parsed and validated with the ``jsonschema`` library, and the schema-valid object is the plan.
@@ -9,7 +9,7 @@
   bounded by the schema.
 
 Either way :meth:`OutputContract.parse` returns the plan as a JSON object (a dict) or raises
-:class:`~robot_latency.plan.actions.PlanParseError` with what was wrong, which the loop records
+:class:`~robot_latency.profiles.actions.PlanParseError` with what was wrong, which the loop records
 as an ``invalid_output`` fallback with the raw text kept.
 
 A generation ends as soon as its output is complete (:func:`output_complete`: nothing the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from robot_latency.errors import RobotLatencyError
-from robot_latency.plan.actions import (
+from robot_latency.profiles.actions import (
     END_TOKEN,
     PlanParseError,
     actions_gbnf,
@@ -77,7 +77,7 @@ class ActionsContract:
 
     def validate(self, plan: Any) -> dict[str, Any]:
         """Check a plan object (a fallback's) against the expanded plan's form."""
-        from robot_latency.plan.actions import validate_plan
+        from robot_latency.profiles.actions import validate_plan
 
         validate_plan(plan)
         return plan

@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from robot_latency.plan import chat
-from robot_latency.plan.actions import (
+from robot_latency.planner.fallback import FallbackChain, FallbackContext
+from robot_latency.profiles import chat
+from robot_latency.profiles.actions import (
     COLORS,
     LOCATIONS,
     OBJECTS,
@@ -19,8 +20,8 @@ from robot_latency.plan.actions import (
     instruct_plan_schema,
     parse_actions,
 )
-from robot_latency.plan.normalize import normalize_command
-from robot_latency.plan.profile import (
+from robot_latency.profiles.normalize import normalize_command
+from robot_latency.profiles.profile import (
     DEFAULT_PROFILE,
     Planning,
     ProfileError,
@@ -28,7 +29,6 @@ from robot_latency.plan.profile import (
     load_profile,
     shipped_profiles,
 )
-from robot_latency.planner.fallback import FallbackChain, FallbackContext
 
 
 def write_profile(tmp_path: Path, data: dict, name: str = "p.yaml") -> Path:
@@ -235,7 +235,7 @@ def test_unknown_profile_name_and_bad_yaml(tmp_path: Path) -> None:
 
 
 def test_a_copied_shipped_profile_finds_the_shipped_schema_by_name(tmp_path: Path) -> None:
-    from robot_latency.plan.profile import shipped_profiles
+    from robot_latency.profiles.profile import shipped_profiles
 
     copy = tmp_path / "my_robot.yaml"
     copy.write_text(shipped_profiles()["instruct-json"].read_text())  # the YAML alone
@@ -251,7 +251,7 @@ def test_a_copied_shipped_profile_finds_the_shipped_schema_by_name(tmp_path: Pat
 
 # --- is the output already a complete, valid plan? ----------------------------------------------
 def test_complete_plan_is_asked_of_partial_outputs(tmp_path: Path) -> None:
-    from robot_latency.plan.contract import complete_plan, output_complete
+    from robot_latency.profiles.contract import complete_plan, output_complete
 
     planning = Planning(load_profile(write_profile(tmp_path, _own(tmp_path, rule="none"))))
     contract = planning.contract

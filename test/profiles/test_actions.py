@@ -7,7 +7,7 @@ import json
 import pytest
 
 from robot_latency.models import bundled
-from robot_latency.plan.actions import (
+from robot_latency.profiles.actions import (
     ACTION_TOKENS,
     PlanParseError,
     Step,
@@ -78,7 +78,7 @@ def test_expand_and_validate() -> None:
 def test_shipped_plan_files_are_generated() -> None:
     for name, text in render_plan_files().items():
         assert (bundled.DATA_DIR / name).read_text() == text, (
-            f"{name} is stale: run python -m robot_latency.plan.actions"
+            f"{name} is stale: run python -m robot_latency.profiles.actions"
         )
     schema = json.loads(bundled.schema_path().read_text())
     assert schema["required"] == ["steps"]

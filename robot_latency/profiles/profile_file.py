@@ -2,7 +2,7 @@
 
 :func:`load_profile` reads a shipped profile (``robot_latency/data/profiles/``) or a YAML file
 and checks every section, naming the file, section and key that is wrong;
-:mod:`robot_latency.plan.profile` (the module docstring shows a profile) turns the loaded
+:mod:`robot_latency.profiles.profile` (the module docstring shows a profile) turns the loaded
 :class:`PlannerProfile` into the prompt builder and contract the loop uses.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from robot_latency.errors import RobotLatencyError
-from robot_latency.plan import chat
-from robot_latency.plan.contract import CONTRACTS
-from robot_latency.plan.normalize import NORMALIZERS
+from robot_latency.profiles import chat
+from robot_latency.profiles.contract import CONTRACTS
+from robot_latency.profiles.normalize import NORMALIZERS
 
 __all__ = [
     "DEFAULT_PROFILE",

@@ -26,7 +26,7 @@ Example (the shipped ``instruct-json``, shortened)::
     fallback:
       rule: bundled
 
-The profile file's sections, checks and loading are :mod:`robot_latency.plan.profile_file`
+The profile file's sections, checks and loading are :mod:`robot_latency.profiles.profile_file`
 (re-exported here); this module builds the prompt and the loop's planning pieces from a profile.
 """
 
@@ -39,16 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robot_latency.plan import chat
-from robot_latency.plan.actions import STOP_STEP_PLAN, PlanParseError
-from robot_latency.plan.contract import (
+from robot_latency.profiles import chat
+from robot_latency.profiles.actions import STOP_STEP_PLAN, PlanParseError
+from robot_latency.profiles.contract import (
     ActionsContract,
     ContractError,
     JsonContract,
     OutputContract,
 )
-from robot_latency.plan.normalize import NORMALIZERS, normalize_command
-from robot_latency.plan.profile_file import (
+from robot_latency.profiles.normalize import NORMALIZERS, normalize_command
+from robot_latency.profiles.profile_file import (
     DEFAULT_PROFILE,
     RULES,
     Example,
@@ -207,7 +207,7 @@ class Planning:
                         return plan
                 return None
             return keywords
-        from robot_latency.plan.rules import rule_plan_json
+        from robot_latency.profiles.rules import rule_plan_json
 
         self._checked("fallback.rule (the bundled rule planner's plans)",
                       rule_plan_json("pick up the red cup and put it on the tray") or {})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from robot_latency.doctor import (
+from robot_latency.hostcheck import (
     FAIL,
     OK,
     WARN,
@@ -47,7 +47,7 @@ def test_module_and_power_mode_from_the_fixture_trees() -> None:
     assert mode.status == OK and "MAXN" in mode.detail
     (_, mode), info = check_jetson(JETSON / "agx-orin-64gb-15w")
     assert mode.status == WARN and "15W" in mode.detail and "nvpmodel -m" in mode.fix
-    assert info is not None and info.profile_id == "orin-agx-64gb-15w"
+    assert info is not None and info.device_id == "orin-agx-64gb-15w"
     (_, mode), _ = check_jetson(JETSON / "agx-orin-64gb-bad-status")
     assert mode.status == WARN and "unreadable" in mode.detail and mode.fix
     checks, info = check_jetson(JETSON / "not-jetson")

@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 
-from robot_latency.doctor.findings import FAIL, OK, WARN, Check, DoctorError, DoctorInput
 from robot_latency.floor.jetson import JetsonInfo, detect_jetson
+from robot_latency.hostcheck.findings import FAIL, OK, WARN, Check, DoctorError, DoctorInput
 
 __all__ = [
     "check_cache",
@@ -34,20 +34,20 @@ _MEMORY_HEADROOM_BYTES = 512 * 2**20
 
 # --- Jetson -----------------------------------------------------------------------------------
 def check_jetson(root: Path) -> tuple[list[Check], JetsonInfo | None]:
-    """The module, its floor profile and the nvpmodel power mode."""
+    """The module, its floor datasheet and the nvpmodel power mode."""
     info = detect_jetson(root)
     if info is None:
         return [Check("jetson", OK, "not a Jetson; floor predictions for a target use "
-                                    "--device / device_profile")], None
+                                    "--device / target_device")], None
     checks = []
-    if info.profile_id is None:
+    if info.device_id is None:
         checks.append(Check("jetson", WARN, f"unknown Jetson module {info.model_string!r} "
                                             f"(part {info.module})",
-                            "set device_profile (or --device) to the closest id from "
+                            "set target_device (or --device) to the closest id from "
                             "`robot-latency devices`"))
     else:
         checks.append(Check("jetson", OK, f"{info.model_string} (part {info.module}): "
-                                          f"profile {info.profile_id}"))
+                                          f"datasheet {info.device_id}"))
     if info.power_mode is None:
         checks.append(Check("power mode", WARN,
                             "nvpmodel mode unreadable (/var/lib/nvpmodel/status, "
@@ -56,9 +56,9 @@ def check_jetson(root: Path) -> tuple[list[Check], JetsonInfo | None]:
     elif not info.power_mode.startswith("MAXN"):
         checks.append(Check("power mode", WARN,
                             f"nvpmodel mode {info.power_mode_id} ({info.power_mode}) caps the "
-                            f"clocks; predictions use {info.profile_id}",
+                            f"clocks; predictions use {info.device_id}",
                             "sudo nvpmodel -m 0  (MAXN) for the fastest planner, or keep the "
-                            "mode and compare against its profile"))
+                            "mode and compare against its datasheet"))
     else:
         checks.append(Check("power mode", OK, f"nvpmodel mode {info.power_mode_id} "
                                               f"({info.power_mode})"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from robot_latency.plan.actions import expand_to_plan, steps_to_tokens, validate_plan
-from robot_latency.plan.rules import rule_plan
+from robot_latency.profiles.actions import expand_to_plan, steps_to_tokens, validate_plan
+from robot_latency.profiles.rules import rule_plan
 
 
 @pytest.mark.parametrize(("command", "tokens"), [

@@ -260,7 +260,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     # the machine, the fallback stays on time (robot_latency/planner/budget.py).
     budget: dict[str, str] = {}
     configs = [DemoConfig(label=q, params={
-        "engine": "llamacpp", "model": str(man.path(q)), "device_profile": job.device,
+        "engine": "llamacpp", "model": str(man.path(q)), "target_device": job.device,
         "mode": job.mode, "deadline_ms": float(job.deadline_ms),
         "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
         "on_new_command": job.on_new_command,

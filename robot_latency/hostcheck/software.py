@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from robot_latency.doctor.findings import FAIL, OK, WARN, Check
 from robot_latency.floor.jetson import JetsonInfo
+from robot_latency.hostcheck.findings import FAIL, OK, WARN, Check
 
 __all__ = ["LLAMA_CUDA_FIX", "SUPPORTED_DISTROS", "check_llama", "check_onnxruntime", "check_ros"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from robot_latency.doctor.findings import (
+from robot_latency.hostcheck.findings import (
     FAIL,
     OK,
     WARN,
@@ -23,7 +23,7 @@ from robot_latency.doctor.findings import (
     DoctorInput,
     load_params,
 )
-from robot_latency.doctor.machine import (
+from robot_latency.hostcheck.machine import (
     check_cache,
     check_cpus,
     check_jetson,
@@ -32,7 +32,7 @@ from robot_latency.doctor.machine import (
     check_rtprio,
     check_run,
 )
-from robot_latency.doctor.software import (
+from robot_latency.hostcheck.software import (
     LLAMA_CUDA_FIX,
     SUPPORTED_DISTROS,
     check_llama,

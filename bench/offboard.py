@@ -213,13 +213,13 @@ class FleetLoad:
         return int(self._done.value)
 
     def summary(self) -> dict[str, Any]:
-        """Requests answered, their mean time at the client, and the server's share of time
-        spent on them (a saturated server reads near or above 1)."""
+        """Requests answered, their mean time at the client (queue included), and the mean
+        number in flight (Little's law: above 1, requests wait for one another)."""
         n = self.requests
         busy = float(self._busy_s.value)
         return {"requests": n, "mean_request_ms": busy / n * 1e3 if n else None,
                 "wall_s": self.wall_s,
-                "server_busy_fraction": busy / self.wall_s if self.wall_s else None}
+                "mean_requests_in_flight": busy / self.wall_s if self.wall_s else None}
 
     def __enter__(self) -> FleetLoad:
         self.proc.start()
@@ -274,7 +274,7 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any] = {}
             order = configs[rep % 3:] + configs[: rep % 3]  # interleaved, rotating
             for name in order:
-                run_dir = Path(tmp) / f"rep{rep}-{name}"
+                run_dir = Path(args.runs_dir or tmp) / f"rep{rep}-{name}"
                 run, _ = resolve_run(dataclasses.replace(
                     settings, log_dir=run_dir, engine=engine_of[name], server_url=server.url))
                 run_replay(run, stream)
@@ -385,6 +385,7 @@ def main() -> int:
             p.add_argument("--runs-dir", default=None, help="keep the run directories here")
         if name == "hedge":
             p.add_argument("--load", type=int, default=4, help="robots loading the server")
+            p.add_argument("--runs-dir", default=None, help="keep the run directories here")
             p.add_argument("--load-period-ms", type=float, default=0.0,
                            help="each loading robot asks once per this (0: --period-ms)")
             p.add_argument("--no-split-cores", dest="split_cores", action="store_false",

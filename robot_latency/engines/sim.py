@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_latency.clock import DEFAULT_CLOCK, Clock, ScriptedClock
+from robot_latency.clock import DEFAULT_CLOCK, Clock, WaitingClock
 from robot_latency.engines.base import (
     AbortSignal,
     ClosesOnExit,
@@ -130,8 +130,9 @@ class SimEngine(ClosesOnExit):
         self.config = config or SimConfig()
         self.clock = clock
         if sleep_ns is None:
-            if isinstance(clock, ScriptedClock):
-                sleep_ns = clock.advance
+            if isinstance(clock, WaitingClock):  # a scripted clock moves on instead of sleeping
+                waiting = clock
+                sleep_ns = lambda ns: waiting.sleep_until(waiting() + ns)  # noqa: E731
             elif self.config.busy_wait:
                 sleep_ns = self._spin
             else:

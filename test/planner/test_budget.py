@@ -7,6 +7,7 @@ import json
 import multiprocessing as mp
 import os
 import runpy
+import sys
 import threading
 import time
 from pathlib import Path
@@ -168,6 +169,7 @@ def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> 
                                      log_dir=tmp_path / "run", engine="sim", cpu=budget,
                                      engine_options={"device": "orin-agx-64gb", "seed": 1}))
     done: dict[str, Any] = {}
+    before_switch_s = sys.getswitchinterval()
 
     def body() -> None:
         with PlannerRun(cfg, publish=lambda env: None) as run:
@@ -176,6 +178,7 @@ def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> 
             done["worker_nice"] = worker.nice()
             run.enter_loop_thread()
             done["loop_cpus"] = sorted(os.sched_getaffinity(0))
+            done["switch_interval_s"] = sys.getswitchinterval()
             replay(run.loop, _stream(5))
             run.close()
 
@@ -191,6 +194,9 @@ def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> 
     # the start-up heap was frozen for the loop, and is collectable again after the run
     assert manifest["cpu_budget"]["gc_frozen_objects"] > 1000
     assert gc.get_freeze_count() == 0
+    # the loop ran with a short switch interval (it never waits 5 ms for the GIL), given back
+    assert done["switch_interval_s"] == manifest["cpu_budget"]["switch_interval_s"] < 0.005
+    assert sys.getswitchinterval() == before_switch_s
     records = read_records(tmp_path / "run" / "cycles.jsonl")
     assert len(records) == 5
     # Linux reports the hypervisor's steal counter: every record carries a value

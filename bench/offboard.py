@@ -39,6 +39,7 @@ from benchio import emit_result
 
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.engines.llama_server import LocalServer
+from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
@@ -252,9 +253,13 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     from robot_latency.planner.resolve import resolve_run
 
     stream = _stream(args)
+    # The robot's loop under SCHED_FIFO when asked (README, "Real-time"): on the one core left
+    # to the robot, the normal scheduler let the niced engine hold the core a few ms past the
+    # loop's give-up time.
     settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
                            model=str(args.model_path), n_threads=args.threads,
-                           n_threads_batch=args.threads)
+                           n_threads_batch=args.threads,
+                           cpu=CpuBudget(loop_priority=args.loop_priority))
     configs = ("onboard", "offboard", "hybrid")
     # The server stands for another machine: it and its load get the last core, the robot (the
     # loop and its onboard worker, which inherits this process's cores) the others. On one shared
@@ -295,6 +300,7 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
             "server_cpus": sorted(server_cpus) if server_cpus else None,
             "robot_cpus": sorted(robot_cpus) if robot_cpus else None,
             "deadline_ms": args.deadline_ms, "period_ms": args.period_ms,
+            "loop_priority": args.loop_priority,
             "repeats": reps, "model_plan_in_time_rate_median": rates,
             "hybrid_late_cycles": late,
             "meets_target": (rates["hybrid"] or 0.0) >= best_alone and late == 0}
@@ -386,6 +392,8 @@ def main() -> int:
         if name == "hedge":
             p.add_argument("--load", type=int, default=4, help="robots loading the server")
             p.add_argument("--runs-dir", default=None, help="keep the run directories here")
+            p.add_argument("--loop-priority", type=int, default=0,
+                           help="the loop thread's SCHED_FIFO priority (0: normal scheduler)")
             p.add_argument("--load-period-ms", type=float, default=0.0,
                            help="each loading robot asks once per this (0: --period-ms)")
             p.add_argument("--no-split-cores", dest="split_cores", action="store_false",

@@ -24,6 +24,8 @@ class WaitingClock(Protocol):
 
     def sleep_until(self, target_ns: int) -> None: ...
 
+    def sleep_for(self, delta_ns: int) -> None: ...
+
 
 def sleep_until_for(clock: Clock) -> Callable[[int], None]:
     """Return how to wait until ``target_ns`` on ``clock``: its own ``sleep_until`` when it has
@@ -67,6 +69,10 @@ class ScriptedClock:
     def now(self) -> int:
         """Return the current time without counting a call."""
         return self._now_ns
+
+    def sleep_for(self, delta_ns: int) -> None:
+        """Wait ``delta_ns``: move on by it at once (not a call: no scripted step is taken)."""
+        self.advance(delta_ns)
 
     def sleep_until(self, target_ns: int) -> None:
         """Wait until ``target_ns``: move there at once (never back)."""

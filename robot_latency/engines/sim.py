@@ -131,8 +131,7 @@ class SimEngine(ClosesOnExit):
         self.clock = clock
         if sleep_ns is None:
             if isinstance(clock, WaitingClock):  # a scripted clock moves on instead of sleeping
-                waiting = clock
-                sleep_ns = lambda ns: waiting.sleep_until(waiting() + ns)  # noqa: E731
+                sleep_ns = clock.sleep_for
             elif self.config.busy_wait:
                 sleep_ns = self._spin
             else:

@@ -154,7 +154,7 @@ def _gguf_version() -> str:
 
 
 def facts_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") -> ModelFacts:
-    """Read a model facts from a GGUF file.
+    """Read a model's facts from a GGUF file.
 
     Shapes come from the ``{arch}.*`` metadata, bytes from the tensors' real types. Raises
     ModelInfoError, naming the file and the problem, for a missing, empty, non-GGUF, truncated or

@@ -55,7 +55,8 @@ __all__ = ["PlannerRun", "RunError"]
 #: The interpreter's thread switch interval while the loop runs (Python's default: 5 ms). A loop
 #: thread that wakes while another thread of its process holds the GIL (a server client's event
 #: loop, an rclpy executor, a pipe reader) waits up to this long before it runs: the default is
-#: longer than the 2 ms publish margin, and hybrid runs published 0.2 ms past their deadline.
+#: longer than the 2 ms publish margin. (It did not by itself end the late hybrid cycles on a
+#: one-core robot: docs/BENCHMARKS.md, "Onboard, offboard or both".)
 LOOP_SWITCH_INTERVAL_S = 0.0005
 
 

@@ -67,3 +67,11 @@ def test_a_scripted_clock_waits_by_moving() -> None:
     wait(200)  # never back
     assert clock.now() == 250
     assert not isinstance(lambda: 0, WaitingClock)
+
+
+def test_waiting_for_a_while_takes_no_scripted_step() -> None:
+    """The sim engine waits with ``sleep_for``: a clock scripted per call keeps its script."""
+    clock = ScriptedClock(start_ns=0, steps_ns=[7, 11])
+    clock.sleep_for(100)
+    assert (clock.now(), clock.calls) == (100, 0)
+    assert clock() == 100 and clock() == 107 and clock.now() == 118

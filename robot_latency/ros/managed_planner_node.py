@@ -27,6 +27,11 @@ newest robot state is kept for the next run. Parameters may change freely while 
 (kind and range checked at once, the rest at configure); once configured only the runtime ones
 (diagnostics) may, as on the plain node.
 
+Cleanup and shutdown destroy the node's publishers and subscriptions. Spin it in a
+``SingleThreadedExecutor``, as :func:`main` does: a multi-threaded executor runs the transition
+in a worker thread while its own thread may be building a wait set from those entities, and
+rclpy (Humble to rolling) then stops spinning with ``InvalidHandle`` (ros2/rclpy#1142, #1355).
+
     managed_planner_node --ros-args -p engine:=sim
     ros2 lifecycle set /planner_node configure && ros2 lifecycle set /planner_node activate
     ros2 launch robot_latency planner.launch.py managed:=true

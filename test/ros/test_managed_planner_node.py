@@ -25,7 +25,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
@@ -34,6 +33,7 @@ from robot_latency.records import read_records
 
 DOMAIN_ID = random.randint(201, 230)
 NODE = "/planner_node"
+Spinner = Any  # test/ros/conftest.py's Spinner, handed out by the spinner_for fixture
 
 
 def _env() -> dict[str, str]:
@@ -45,8 +45,9 @@ def _env() -> dict[str, str]:
 class Manager:
     """The outside client: lifecycle service calls, commands out, plans in."""
 
-    def __init__(self, context: Context) -> None:
-        self.node = Node("test_lifecycle_manager", context=context)
+    def __init__(self, spin: Spinner) -> None:
+        self.node = spin.add(Node("test_lifecycle_manager", context=spin.executor.context))
+        self.wait_for = spin.wait_for
         self.change = self.node.create_client(ChangeState, f"{NODE}/change_state")
         self.get = self.node.create_client(GetState, f"{NODE}/get_state")
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -85,21 +86,15 @@ class Manager:
 
 
 @pytest.fixture(scope="module")
-def manager() -> Iterator[Manager]:
+def manager(spinner_for: Callable[[Context], Spinner]) -> Iterator[Manager]:
     context = Context()
     rclpy.init(context=context, domain_id=DOMAIN_ID)
-    m = Manager(context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(m.node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    spin = spinner_for(context)
     try:
-        yield m
+        yield Manager(spin)
     finally:
-        executor.shutdown(timeout_sec=5)
-        m.node.destroy_node()
+        spin.close()
         context.try_shutdown()
-        spinner.join(5)
 
 
 def _start(tmp_path: Path, params: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -116,30 +111,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(timeout=60)
 
 
-def _wait(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def test_a_bad_model_path_fails_configure_and_leaves_it_unconfigured(
         manager: Manager, tmp_path: Path) -> None:
     proc = _start(tmp_path, {"engine": "llamacpp", "model": str(tmp_path / "missing.gguf"),
                              "log_dir": str(tmp_path / "run")})
     try:
         assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
-        _wait(lambda: manager.node.count_publishers("/diagnostics") > 0, 30,
-              "the node's /diagnostics publisher")
+        manager.wait_for(lambda: manager.node.count_publishers("/diagnostics") > 0, 30,
+                         "the node's /diagnostics publisher")
         time.sleep(0.5)  # let the match complete: /diagnostics is volatile
         assert not manager.transition(Transition.TRANSITION_CONFIGURE)
         assert manager.state() == State.PRIMARY_STATE_UNCONFIGURED
         assert proc.poll() is None  # the node lives on, ready for a corrected configure
-        error = _wait(lambda: [d for d in manager.diagnostics if d[0].endswith(": lifecycle")],
-                      10, "the ERROR diagnostic")
+        error = manager.wait_for(
+            lambda: [d for d in manager.diagnostics if d[0].endswith(": lifecycle")], 30,
+            "the ERROR diagnostic")
         assert error[0][1] == DiagnosticStatus.ERROR[0] and "missing.gguf" in error[0][2]
     finally:
         assert _stop(proc) == 0
@@ -164,13 +150,15 @@ def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path)
         assert manager.state() == State.PRIMARY_STATE_INACTIVE
         assert manager.transition(Transition.TRANSITION_ACTIVATE)
         assert manager.state() == State.PRIMARY_STATE_ACTIVE
-        _wait(lambda: manager.pub.get_subscription_count() > 0, 30, "the command subscriber")
+        manager.wait_for(lambda: manager.pub.get_subscription_count() > 0, 30,
+                         "the command subscriber")
         for i in range(5):
             manager.pub.publish(String(data=f"go to the kitchen {i}"))
             time.sleep(0.4)
-        _wait(lambda: len(manager.plans) >= 3, 60, "plans while active")
-        _wait(lambda: any(d[0] == "planner_node: deadline" for d in manager.diagnostics), 30,
-              "health on /diagnostics while active")
+        manager.wait_for(lambda: len(manager.plans) >= 3, 60, "plans while active")
+        manager.wait_for(
+            lambda: any(d[0] == "planner_node: deadline" for d in manager.diagnostics), 30,
+            "health on /diagnostics while active")
         assert manager.transition(Transition.TRANSITION_DEACTIVATE)
         assert manager.state() == State.PRIMARY_STATE_INACTIVE
         # The run closed by deactivate is complete: summary agrees with the flushed records.
@@ -204,8 +192,9 @@ def test_shutdown_from_active_closes_the_run(manager: Manager, tmp_path: Path) -
     try:
         assert manager.transition(Transition.TRANSITION_CONFIGURE)
         assert manager.transition(Transition.TRANSITION_ACTIVATE)
-        _wait(lambda: (run / "cycles.jsonl").exists()
-              and len((run / "cycles.jsonl").read_text().splitlines()) >= 3, 60, "cycles")
+        manager.wait_for(lambda: (run / "cycles.jsonl").exists()
+                         and len((run / "cycles.jsonl").read_text().splitlines()) >= 3, 60,
+                         "cycles")
         assert manager.transition(Transition.TRANSITION_ACTIVE_SHUTDOWN)
         assert manager.state() == State.PRIMARY_STATE_FINALIZED
         summary = json.loads((run / "summary.json").read_text())

@@ -25,7 +25,6 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters, SetParameters
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleState
 from rclpy.node import Node, NodeNameNonExistentError
 from rclpy.parameter import Parameter
@@ -46,29 +45,23 @@ from robot_latency.ros.topics import (
 )
 
 DOMAIN_ID = random.randint(1, 232)
+Spinner = Any  # test/ros/conftest.py's Spinner, handed out by the spinner_for fixture
 KINDS = ("plain", "managed")
 #: What a lifecycle node has of its own, beside the planner's endpoints.
 LIFECYCLE_ONLY = {("pub", "~/transition_event", "lifecycle_msgs/msg/TransitionEvent")}
 STATUSES = {"deadline", "latency", "engine", "mailbox"}
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-
-
 class Nodes:
     """The two planner nodes under test and the outside client that questions them."""
 
-    def __init__(self, context: Context, executor: MultiThreadedExecutor, tmp: Path) -> None:
-        self.executor = executor
-        self.client = Node("parity_client", context=context)
-        executor.add_node(self.client)
+    def __init__(self, spin: Spinner, tmp: Path) -> None:
+        self.spin = spin
+        self.wait_for = spin.wait_for
+        self.client = spin.add(Node("parity_client", context=spin.executor.context))
+        #: one service client per (type, service), kept: destroyed with the node, not while
+        #: the executor spins (see test/ros/conftest.py)
+        self.service_clients: dict[tuple[Any, str], Any] = {}
         self.lock = threading.Lock()
         #: (node name, status name) -> (level, message) of the newest such status
         self.diagnostics: dict[tuple[str, str], tuple[int, str]] = {}
@@ -95,19 +88,18 @@ class Nodes:
         self.overrides = overrides
         self.nodes: dict[str, Any] = {}
 
-    def start(self, context: Context) -> None:
+    def start(self) -> None:
         """Start the plain node; configure and activate the managed one."""
+        context = self.spin.executor.context
         plain = PlannerNode(self.name["plain"], namespace=self.ns["plain"], context=context,
                             parameter_overrides=self.overrides("plain"))
-        self.nodes["plain"] = plain
+        self.nodes["plain"] = self.spin.add(plain)
         assert plain.startup_error is None, plain.startup_error
-        self.executor.add_node(plain)
         assert plain.start()
         managed = ManagedPlannerNode(self.name["managed"], namespace=self.ns["managed"],
                                      context=context,
                                      parameter_overrides=self.overrides("managed"))
-        self.nodes["managed"] = managed
-        self.executor.add_node(managed)
+        self.nodes["managed"] = self.spin.add(managed)
         assert self.transition(Transition.TRANSITION_CONFIGURE), managed.last_error
         assert self.transition(Transition.TRANSITION_ACTIVATE), managed.last_error
 
@@ -125,14 +117,14 @@ class Nodes:
         return f"{self.ns[kind]}/{self.name[kind]}"
 
     def call(self, srv_type: Any, service: str, request: Any) -> Any:
-        client = self.client.create_client(srv_type, service)
-        try:
-            assert client.wait_for_service(timeout_sec=30), f"no service {service}"
-            future = client.call_async(request)
-            wait_for(future.done, 60, f"an answer from {service}")
-            return future.result()
-        finally:
-            self.client.destroy_client(client)
+        client = self.service_clients.get((srv_type, service))
+        if client is None:
+            client = self.client.create_client(srv_type, service)
+            self.service_clients[(srv_type, service)] = client
+        assert client.wait_for_service(timeout_sec=30), f"no service {service}"
+        future = client.call_async(request)
+        self.spin.wait_for(future.done, 60, f"an answer from {service}")
+        return future.result()
 
     def transition(self, transition_id: int, node: str = "") -> bool:
         """Ask the managed node (or the node of that full name) for a lifecycle transition."""
@@ -164,34 +156,30 @@ class Nodes:
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def nodes(tmp_path_factory: pytest.TempPathFactory,
+          spinner_for: Callable[[Context], Spinner]) -> Iterator[Nodes]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         mp.setenv("ROS_LOCALHOST_ONLY", "1")
         context = Context()
         rclpy.init(context=context, domain_id=DOMAIN_ID)
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
-        built = Nodes(context, executor, tmp_path_factory.mktemp("parity"))
+        spin = spinner_for(context)
+        built = Nodes(spin, tmp_path_factory.mktemp("parity"))
         try:
-            built.start(context)
+            built.start()
             yield built
             summaries = built.close()
             for kind in KINDS:  # both close their run the same way: the summary has every cycle
                 lines = (built.log_dir[kind] / "cycles.jsonl").read_text().splitlines()
                 assert summaries[kind]["cycles"] == len(lines), kind
         finally:
+            spin.stop()  # before on_shutdown destroys the managed node's topics
             if "plain" in built.nodes:
                 built.nodes["plain"].close()  # no-op once closed
             if "managed" in built.nodes:
                 built.nodes["managed"].on_shutdown(LifecycleState(0, "test"))  # as main() does
-            for node in (*built.nodes.values(), built.client):
-                executor.remove_node(node)
-                node.destroy_node()
-            executor.shutdown(timeout_sec=5)
+            spin.close()
             context.try_shutdown()
-            spinner.join(5)
 
 
 def test_same_parameters_with_the_same_descriptors(nodes: Nodes) -> None:
@@ -220,7 +208,7 @@ def test_same_topics_with_the_same_types(nodes: Nodes) -> None:
         except NodeNameNonExistentError:  # not in the graph yet
             return None
         return got if expected <= got else None
-    found = {kind: wait_for(lambda k=kind: discovered(k), 30, f"the {kind} node's topics")
+    found = {kind: nodes.wait_for(lambda k=kind: discovered(k), 30, f"the {kind} node's topics")
              for kind in KINDS}
     assert found["plain"] == found["managed"] - LIFECYCLE_ONLY, (
         found["plain"] ^ (found["managed"] - LIFECYCLE_ONLY))
@@ -238,7 +226,7 @@ def test_the_state_topic_reaches_the_prompt_on_both(nodes: Nodes) -> None:
         state = nodes.client.create_publisher(
             String, f"{ns}/{STATE_TOPIC}", QoSProfile(depth=1,
                                                       reliability=ReliabilityPolicy.RELIABLE))
-        wait_for(lambda c=command, s=state: c.get_subscription_count() >= 1
+        nodes.wait_for(lambda c=command, s=state: c.get_subscription_count() >= 1
                  and s.get_subscription_count() >= 1, 30, f"the {kind} node's subscriptions")
         state.publish(String(data=f"docked-{kind}"))
 
@@ -248,7 +236,7 @@ def test_the_state_topic_reaches_the_prompt_on_both(nodes: Nodes) -> None:
             c.publish(String(data="stop"))
             time.sleep(0.1)
             return f"docked-{k} stop<plan>" in list(got)
-        wait_for(saw_state, 60, f"a prompt on the {kind} node carrying the published state")
+        nodes.wait_for(saw_state, 60, f"a prompt on the {kind} node carrying the published state")
 
 
 def test_runtime_parameter_updates_are_judged_the_same(nodes: Nodes) -> None:
@@ -283,7 +271,7 @@ def test_both_report_the_same_health_on_diagnostics(nodes: Nodes) -> None:
         with nodes.lock:
             return {status for node, status in nodes.diagnostics if node == nodes.name[kind]}
     for kind in KINDS:
-        wait_for(lambda k=kind: statuses(k) >= STATUSES, 30, f"the {kind} node's health")
+        nodes.wait_for(lambda k=kind: statuses(k) >= STATUSES, 30, f"the {kind} node's health")
     assert statuses("plain") == statuses("managed")
 
 
@@ -303,11 +291,11 @@ def test_the_managed_node_takes_any_parameter_until_configured(
         assert node.get_parameter("deadline_ms").value == 120.0
         assert node.settings is None and node.driver is None  # nothing built before configure
     finally:
-        node.destroy_node()
+        node.destroy_node()  # never spun: no executor thread holds it
 
 
-def test_both_report_an_offboard_server_that_does_not_answer(nodes: Nodes,
-                                                             tmp_path: Path) -> None:
+def test_both_report_an_offboard_server_that_does_not_answer(
+        nodes: Nodes, tmp_path: Path, spinner_for: Callable[[Context], Spinner]) -> None:
     """Engine openai with no server at its address: each node comes up (the managed one
     configures and activates) and reports the engine as ERROR on /diagnostics, naming it."""
     url = f"http://127.0.0.1:{free_port()}/v1"
@@ -319,9 +307,10 @@ def test_both_report_an_offboard_server_that_does_not_answer(nodes: Nodes,
                   Parameter("diagnostics_period_s", value=0.2)]
         node_type = PlannerNode if kind == "plain" else ManagedPlannerNode
         ns = f"{nodes.ns[kind]}_offboard"  # apart from the nodes above: no shared topics
-        node = node_type(name, namespace=ns, context=nodes.client.context,
-                         parameter_overrides=params)
-        nodes.executor.add_node(node)
+        # Spun apart from the module's nodes, so that it can be destroyed when the test ends.
+        spin = spinner_for(nodes.client.context)
+        node = spin.add(node_type(name, namespace=ns, context=nodes.client.context,
+                                  parameter_overrides=params))
         try:
             if kind == "plain":
                 assert node.startup_error is None and node.start(), node.startup_error
@@ -329,13 +318,13 @@ def test_both_report_an_offboard_server_that_does_not_answer(nodes: Nodes,
                 fqn = f"{ns}/{name}"
                 assert nodes.transition(Transition.TRANSITION_CONFIGURE, fqn), node.last_error
                 assert nodes.transition(Transition.TRANSITION_ACTIVATE, fqn), node.last_error
-            level, message = wait_for(lambda n=name: nodes.status(n, "engine"), 60,
-                                      f"the {kind} node's engine status")
+            level, message = nodes.wait_for(lambda n=name: nodes.status(n, "engine"), 60,
+                                            f"the {kind} node's engine status")
             assert level == DiagnosticStatus.ERROR[0] and "127.0.0.1" in message, (kind, message)
         finally:
+            spin.stop()  # before on_shutdown destroys the node's topics
             if kind == "plain":
                 node.close()
             else:
                 node.on_shutdown(LifecycleState(0, "test"))
-            nodes.executor.remove_node(node)
-            node.destroy_node()
+            spin.close()

@@ -5,18 +5,14 @@ llama-cpp-python server comes up at that address."""
 from __future__ import annotations
 
 import json
-import random
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
@@ -25,29 +21,15 @@ from robot_latency.engines.llama_server import LocalServer, free_port
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.ros.planner_node import PlannerNode
 
-DOMAIN_ID = random.randint(101, 200)
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+Spinner = Any  # test/ros/conftest.py's Spinner, handed out by the spinner_for fixture
 
 
 def test_node_starts_without_its_server_reports_error_and_plans_once_it_answers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    monkeypatch.setenv("ROS_LOCALHOST_ONLY", "1")
+        tmp_path: Path, ros_context: Context,
+        spinner_for: Callable[[Context], Spinner]) -> None:
     port = free_port()
-    context = Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    context = ros_context
+    spin = spinner_for(context)
     server = LocalServer(bundled_model_path(), port=port, n_threads=1,
                          log_path=tmp_path / "server.log")
     lock = threading.Lock()
@@ -62,8 +44,8 @@ def test_node_starts_without_its_server_reports_error_and_plans_once_it_answers(
             Parameter("publish_margin_ms", value=50.0),
             Parameter("log_dir", value=str(tmp_path / "run")),
             Parameter("diagnostics_period_s", value=0.2)])
+        spin.add(node)
         assert node.startup_error is None, node.startup_error
-        executor.add_node(node)
         node.start()
         probe = rclpy.create_node("offboard_probe", context=context)
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -78,7 +60,7 @@ def test_node_starts_without_its_server_reports_error_and_plans_once_it_answers(
                 diagnostics.append(msg)
         probe.create_subscription(String, "/planner/plan", on_plan, qos)
         probe.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 100)
-        executor.add_node(probe)
+        spin.add(probe)
 
         def engine_status() -> Any:
             with lock:
@@ -87,27 +69,23 @@ def test_node_starts_without_its_server_reports_error_and_plans_once_it_answers(
                         if s.name == "planner_node: engine":
                             return s
             return None
-        status = wait_for(engine_status, 30, "engine diagnostics")
+        status = spin.wait_for(engine_status, 30, "engine diagnostics")
         assert status.level == b"\x02" and f"127.0.0.1:{port}" in status.message
 
-        wait_for(lambda: pub.get_subscription_count() >= 1, 15, "the planner's subscription")
+        spin.wait_for(lambda: pub.get_subscription_count() >= 1, 15, "the planner's subscription")
         pub.publish(String(data="pick up the red cup"))
-        fallback = wait_for(lambda: next((p for p in list(plans) if p["command_id"]
+        fallback = spin.wait_for(lambda: next((p for p in list(plans) if p["command_id"]
                                           and p["source"] == "fallback"), None), 30,
                             "a fallback plan")
         assert fallback["fallback_reason"] == "server_unreachable" and fallback["plan"]
 
         server.start()
         pub.publish(String(data="go to the kitchen"))
-        model = wait_for(lambda: next((p for p in list(plans) if p["source"] == "model"),
+        model = spin.wait_for(lambda: next((p for p in list(plans) if p["source"] == "model"),
                                       None), 60, "a plan from the server")
         assert model["plan"]["steps"]
     finally:
         server.stop()
         if node is not None:
             node.close()
-            executor.remove_node(node)
-            node.destroy_node()
-        executor.shutdown(timeout_sec=5)
-        context.try_shutdown()
-        spinner.join(5)
+        spin.close()

@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.srv import SetParameters
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -40,6 +38,7 @@ DOMAIN_ID = random.randint(1, 100)
 ENVELOPE_KEYS = {"cycle", "command_id", "source", "fallback_reason", "plan", "deadline_met",
                  "cycle_ms"}
 BIN = Path(sys.executable).parent
+Spinner = Any  # test/ros/conftest.py's Spinner, handed out by the spinner_for fixture
 SIM = ["-p", "engine:=sim", "-p", "target_device:=orin-agx-64gb"]
 
 
@@ -52,22 +51,12 @@ def ros_env() -> dict[str, str]:
             "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "PYTHONUNBUFFERED": "1"}
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "") -> Any:
-    """Poll until ``predicate()`` is truthy; return its value or fail after ``timeout_s``."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what or predicate}")
-
-
 class Probe:
     """A test node: publishes commands, records plans, cycle records and diagnostics."""
 
-    def __init__(self, context: Context) -> None:
-        self.node = Node("probe", context=context)
+    def __init__(self, spin: Spinner) -> None:
+        self.node = spin.add(Node("probe", context=spin.executor.context))
+        self.wait_for = spin.wait_for
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.lock = threading.Lock()
         self.plans: list[dict[str, Any]] = []
@@ -108,27 +97,23 @@ class Probe:
 
 
 @pytest.fixture(scope="module")
-def ros() -> Iterator[tuple[Context, MultiThreadedExecutor]]:
+def ros(spinner_for: Callable[[Context], Spinner]) -> Iterator[Spinner]:
+    """This module's context (its domain, also the subprocesses'), spun in the background."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         mp.setenv("ROS_LOCALHOST_ONLY", "1")
         context = Context()
         rclpy.init(context=context, domain_id=DOMAIN_ID)
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
+        spin = spinner_for(context)
         try:
-            yield context, executor
+            yield spin
         finally:
-            executor.shutdown(timeout_sec=5)
+            spin.close()
             context.try_shutdown()
-            spinner.join(5)
 
 
 @pytest.fixture(scope="module")
-def planner(ros: tuple[Context, MultiThreadedExecutor],
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlannerNode]:
-    context, executor = ros
+def planner(ros: Spinner, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlannerNode]:
     log_dir = tmp_path_factory.mktemp("planner-run")
     overrides = [Parameter("engine", value="sim"),
                  Parameter("target_device", value="orin-agx-64gb"),
@@ -136,32 +121,23 @@ def planner(ros: tuple[Context, MultiThreadedExecutor],
                  Parameter("max_command_chars", value=512),
                  Parameter("log_dir", value=str(log_dir)),
                  Parameter("diagnostics_period_s", value=0.2)]
-    node = PlannerNode(context=context, parameter_overrides=overrides)
+    node = ros.add(PlannerNode(context=ros.executor.context, parameter_overrides=overrides))
     assert node.startup_error is None, node.startup_error
-    executor.add_node(node)
     node.start()
     try:
         yield node
     finally:
-        summary = node.close()
-        executor.remove_node(node)
-        node.destroy_node()
+        summary = node.close()  # the node itself is destroyed when the spinner stops
         assert summary is not None
         assert summary["cycles"] == len((log_dir / "cycles.jsonl").read_text().splitlines())
 
 
 @pytest.fixture(scope="module")
-def probe(ros: tuple[Context, MultiThreadedExecutor], planner: PlannerNode) -> Iterator[Probe]:
-    context, executor = ros
-    p = Probe(context)
-    executor.add_node(p.node)
-    wait_for(lambda: p.pub.get_subscription_count() >= 2 and p.snapshot("plans"), 15,
-             "the planner to be discovered")
-    try:
-        yield p
-    finally:
-        executor.remove_node(p.node)
-        p.node.destroy_node()
+def probe(ros: Spinner, planner: PlannerNode) -> Probe:
+    p = Probe(ros)
+    p.wait_for(lambda: p.pub.get_subscription_count() >= 2 and p.snapshot("plans"), 15,
+               "the planner to be discovered")
+    return p
 
 
 def _new_record(probe: Probe, seen: set[str | None], **match: Any) -> dict[str, Any] | None:
@@ -181,10 +157,10 @@ def test_one_plan_per_cycle_with_the_envelope(probe: Probe) -> None:
     probe.send("go to the kitchen")
     # 60 s: a hang guard. On a loaded machine the measured transport margin can sit at its cap
     # (a quarter of the 80 ms deadline) for a while, and the model's cycles fall back meanwhile.
-    rec = wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60,
+    rec = probe.wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60,
                    "a model plan for the command")
-    wait_for(lambda: sum(p["cycle"] > rec["cycle"] for p in probe.snapshot("plans")) >= 3, 10,
-             "three more plans")
+    probe.wait_for(lambda: sum(p["cycle"] > rec["cycle"] for p in probe.snapshot("plans")) >= 3,
+                   30, "three more plans")
     plans = probe.snapshot("plans")
     assert all(set(p) >= ENVELOPE_KEYS for p in plans)
     assert all(p["source"] in ("model", "fallback") for p in plans)
@@ -194,8 +170,8 @@ def test_one_plan_per_cycle_with_the_envelope(probe: Probe) -> None:
     # accounted for by a record: a plan for each cycle that ran, none for a skipped one (an
     # overrun on a loaded machine), never a silent gap.
     span = range(rec["cycle"], cycles[-1] + 1)
-    records = wait_for(lambda: (lambda got: got if set(span) <= set(got) else None)(
-        {r["cycle"]: r for r in probe.snapshot("cycles")}), 10, "the cycle records of the plans")
+    records = probe.wait_for(lambda: (lambda got: got if set(span) <= set(got) else None)(
+        {r["cycle"]: r for r in probe.snapshot("cycles")}), 30, "the cycle records of the plans")
     assert {c for c in span if not records[c]["skipped"]} == {c for c in cycles if c in span}
     # The plan published in the record's cycle is that model plan (an earlier cycle for the
     # same command may have fallen back on a loaded machine: a deadline, not a gap).
@@ -219,7 +195,7 @@ def test_diagnostics_have_levels(probe: Probe) -> None:
                 return names
         return None
 
-    statuses = wait_for(planner_status, 5, "planner diagnostics")
+    statuses = probe.wait_for(planner_status, 30, "planner diagnostics")
     assert {"planner_node: deadline", "planner_node: latency", "planner_node: engine",
             "planner_node: mailbox"} <= set(statuses)
     for status in statuses.values():
@@ -236,26 +212,26 @@ def test_bad_commands_get_fallbacks_and_the_node_lives_on(probe: Probe,
     for bad in ("", "x" * 100_000, "go\x07 to the\x1b door\x7f", not_utf8):
         seen = _command_ids(probe)
         probe.send(bad)
-        rec = wait_for(lambda seen=seen: _new_record(probe, seen, fallback_reason="bad_command"),
-                       10,
-                       f"a bad_command fallback for {bad[:20]!r}")
+        rec = probe.wait_for(
+            lambda seen=seen: _new_record(probe, seen, fallback_reason="bad_command"), 30,
+            f"a bad_command fallback for {bad[:20]!r}")
         assert rec["plan_source"] == "fallback" and rec["plan"] is not None
         assert rec["engine_error"]
     seen = _command_ids(probe)
     probe.send("go to the kitchen")
-    wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60, "a model plan after")
+    probe.wait_for(lambda: _new_record(probe, seen, plan_source="model"), 60, "a model plan after")
     assert planner.driver is not None and planner.driver.error is None
 
 
 def test_runtime_parameter_updates(probe: Probe, planner: PlannerNode) -> None:
     # The node's SetParameters service itself (rclpy.parameter_client arrived after Humble).
     client = probe.node.create_client(SetParameters, "/planner_node/set_parameters")
-    assert client.wait_for_service(timeout_sec=10)
+    assert client.wait_for_service(timeout_sec=30)
 
     def set_one(name: str, value: Any) -> Any:
         param = Parameter(name, value=value).to_parameter_msg()
         future = client.call_async(SetParameters.Request(parameters=[param]))
-        wait_for(future.done, 10, f"set_parameters({name})")
+        probe.wait_for(future.done, 30, f"set_parameters({name})")
         return future.result().results[0]
 
     fixed = set_one("deadline_ms", 50.0)
@@ -291,10 +267,11 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
         env=ros_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "3 commands sent, 0 failed" in done.stderr + done.stdout
-    wait_for(lambda: len(probe.snapshot("commands")) >= n_commands + 3, 5, "the commands")
+    probe.wait_for(lambda: len(probe.snapshot("commands")) >= n_commands + 3, 30,
+                   "the commands")
     assert probe.snapshot("commands")[n_commands:] == texts  # in order, as recorded
-    wait_for(lambda: mailbox.counters()["received"] >= before["received"] + 3, 5,
-             "the planner to receive them")
+    probe.wait_for(lambda: mailbox.counters()["received"] >= before["received"] + 3, 30,
+                   "the planner to receive them")
 
     # Newest wins: a command still waiting for its cycle when a newer one arrives is superseded
     # (counted by the mailbox, never planned). Sent 300 ms apart, two of them can still reach
@@ -309,7 +286,8 @@ def test_bag_replayer_drives_the_planner(probe: Probe, planner: PlannerNode,
         return None
 
     # Generous: on a loaded 2-core machine the in-process planner shares the GIL with pytest.
-    answered = wait_for(accounted, 30, "plans for the replayed commands (or their supersession)")
+    answered = probe.wait_for(accounted, 30,
+                              "plans for the replayed commands (or their supersession)")
     superseded = mailbox.counters()["superseded"] - before["superseded"]
     assert replayed[-1] in answered
     assert len(answered) + superseded >= len(replayed), (answered, mailbox.counters(), before)
@@ -396,9 +374,9 @@ def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_pat
         env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         cycles = log_dir / "cycles.jsonl"
-        wait_for(lambda: cycles.exists() and len(cycles.read_text().splitlines()) >= 5, 30,
+        probe.wait_for(lambda: cycles.exists() and len(cycles.read_text().splitlines()) >= 5, 30,
                  "cycles in the log")
-        wait_for(lambda: plans, 10, f"plans on the remapped topic {ns}/plan")
+        probe.wait_for(lambda: plans, 30, f"plans on the remapped topic {ns}/plan")
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -427,19 +405,18 @@ def test_event_mode_answers_each_command_and_stops_at_max_cycles(probe: Probe,
          "-p", "max_cycles:=1", "-p", f"log_dir:={log_dir}", "-r", "__ns:=/evt"],
         env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: pub.get_subscription_count() >= 1, 30, "the event-mode planner")
+        probe.wait_for(lambda: pub.get_subscription_count() >= 1, 30, "the event-mode planner")
         pub.publish(String(data="go to the kitchen"))
         out, _ = proc.communicate(timeout=30)  # max_cycles=1: it stops by itself
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        probe.node.destroy_publisher(pub)
     assert proc.returncode == 0, out
     records = read_records(log_dir / "cycles.jsonl")
     assert len(records) == 1 and records[0].mode == "event"
     assert records[0].command_arrival_ns == records[0].scheduled_ns  # deadline from arrival
-    wait_for(lambda: plans, 5, "the plan on /evt/planner/plan")
+    probe.wait_for(lambda: plans, 30, "the plan on /evt/planner/plan")
     assert json.loads(plans[0])["command_id"] == records[0].command_id
 
 
@@ -452,8 +429,9 @@ def test_the_node_measures_its_transport_and_keeps_it_before_the_deadline(
     assert planner.driver is not None and planner._probe is not None
     transport = planner.driver.loop.transport
     assert transport.measured
-    wait_for(lambda: planner._probe.pings_received >= PINGS, 30, "the start-up loopback pings")
-    wait_for(lambda: planner._probe.plans_received >= 3, 30, "the node's own plans back")
+    probe.wait_for(lambda: planner._probe.pings_received >= PINGS, 30,
+                   "the start-up loopback pings")
+    probe.wait_for(lambda: planner._probe.plans_received >= 3, 30, "the node's own plans back")
     assert transport.total_samples >= PINGS + 3
     cfg = planner.driver.loop.config
     settings = cfg.margin_settings()

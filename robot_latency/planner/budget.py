@@ -20,6 +20,9 @@ The loop also freezes the heap it starts with (:func:`freeze_heap`): a full garb
 of a process that has imported numpy, rclpy and the engine client scans every object and took
 11-17 ms here, holding the GIL, so the loop's thread would stall whenever one ran. Frozen
 objects are never scanned again; later collections only see what the run itself allocates.
+The frozen heap and the loop's short thread switch interval belong to the whole interpreter:
+:class:`LoopProcessHold` keeps them while any loop of the process runs (a fleet runs several),
+and gives them back when the last one ends.
 
 What a guest cannot control: on a virtual machine the hypervisor may stop the whole vCPU
 ("steal" time). Cycle records carry the steal seen during each cycle (``host_steal_ns``) so a
@@ -31,6 +34,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -244,3 +248,52 @@ def loop_thread_state() -> dict[str, Any]:
                                 os.SCHED_RR: "SCHED_RR"}.get(policy, str(policy))
         state["loop_priority_in_effect"] = os.sched_getparam(0).sched_priority
     return state
+
+
+class LoopProcessHold:
+    """The interpreter-wide settings a running loop needs, held while any loop of the process
+    runs: the start-up heap frozen (:func:`freeze_heap`) and a short thread switch interval.
+
+    Several loops may run in one process (a fleet's robots). The first :meth:`enter` saves the
+    switch interval and sets the loop's; every one freezes what is alive when it starts; only
+    the last :meth:`leave` unfreezes the heap and puts the interval back. Without the count, the
+    first loop to end would unfreeze the others' heap (a full collection scanning it during
+    their cycles) and the interval would be left to whichever ended last.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loops = 0
+        self._switch_interval_before_s: float | None = None
+
+    @property
+    def loops(self) -> int:
+        """How many loops hold the settings now."""
+        return self._loops
+
+    def enter(self, switch_interval_s: float) -> dict[str, Any]:
+        """Hold the settings for one more loop; return what is in effect (for the manifest)."""
+        with self._lock:
+            if self._loops == 0:
+                self._switch_interval_before_s = sys.getswitchinterval()
+                sys.setswitchinterval(switch_interval_s)
+            self._loops += 1
+            frozen = freeze_heap()
+            return {"gc_frozen_objects": frozen, "switch_interval_s": sys.getswitchinterval(),
+                    "loops_in_process": self._loops}
+
+    def leave(self) -> None:
+        """Release one loop's hold; the last one out gives the interpreter's settings back."""
+        with self._lock:
+            if self._loops == 0:
+                return
+            self._loops -= 1
+            if self._loops == 0:
+                gc.unfreeze()
+                if self._switch_interval_before_s is not None:
+                    sys.setswitchinterval(self._switch_interval_before_s)
+                    self._switch_interval_before_s = None
+
+
+#: The one hold of this process (every planner run enters and leaves it).
+LOOP_PROCESS = LoopProcessHold()

@@ -11,11 +11,9 @@ A run directory holds::
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +30,11 @@ from robot_latency.floor.run_predictor import FloorPredictor
 from robot_latency.floor.target import resolve_calibration
 from robot_latency.hostfacts import host_facts, host_steal_s, package_versions
 from robot_latency.planner.budget import (
+    LOOP_PROCESS,
     BudgetError,
     ThreadSettings,
     apply_to_loop_thread,
     capture_thread,
-    freeze_heap,
     loop_thread_state,
     restore_thread,
 )
@@ -85,7 +83,7 @@ class PlannerRun:
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.settings.fsync)
         self.loop_thread: dict[str, Any] = loop_thread_state()
         self._thread_before: ThreadSettings | None = None
-        self._switch_interval_before: float | None = None
+        self._holds_process = False
         self._steal_s = host_steal_s()
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
@@ -135,7 +133,9 @@ class PlannerRun:
     def enter_loop_thread(self) -> dict[str, Any]:
         """Apply the CPU budget to the calling thread, the one about to run the loop, freeze
         the start-up heap (no full garbage collection scans it during the run) and shorten the
-        interpreter's switch interval (:data:`LOOP_SWITCH_INTERVAL_S`).
+        interpreter's switch interval (:data:`LOOP_SWITCH_INTERVAL_S`). Both belong to the
+        process: they are held until its last running loop closes
+        (:class:`~robot_latency.planner.budget.LoopProcessHold`).
 
         Returns what is in effect (also recorded in the manifest).
 
@@ -147,10 +147,8 @@ class PlannerRun:
             self.loop_thread = apply_to_loop_thread(self.config.cpu)
         except BudgetError as err:
             raise RunError(f"cpu budget: {err}") from err
-        self.loop_thread["gc_frozen_objects"] = freeze_heap()
-        self._switch_interval_before = sys.getswitchinterval()
-        sys.setswitchinterval(LOOP_SWITCH_INTERVAL_S)
-        self.loop_thread["switch_interval_s"] = LOOP_SWITCH_INTERVAL_S
+        self.loop_thread.update(LOOP_PROCESS.enter(LOOP_SWITCH_INTERVAL_S))
+        self._holds_process = True
         self._write_manifest(status="running")
         log.info("planner loop thread: %s", self.loop_thread)
         return self.loop_thread
@@ -237,12 +235,11 @@ class PlannerRun:
         if self.closed:
             return json.loads((self.log_dir / "summary.json").read_text())
         self.closed = True
-        if self.loop_thread.get("gc_frozen_objects"):
-            gc.unfreeze()  # the start-up heap is collectable again once the loop is over
+        if self._holds_process:  # the last loop of the process to end unfreezes the heap
+            LOOP_PROCESS.leave()
+            self._holds_process = False
         if self._thread_before is not None:
             restore_thread(self._thread_before)  # a sweep's next run starts unpinned
-        if self._switch_interval_before is not None:
-            sys.setswitchinterval(self._switch_interval_before)
         self.sink.close()
         if self.owns_runner:
             close_runner(self.runner)

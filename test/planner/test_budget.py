@@ -162,6 +162,32 @@ def _stream(n: int) -> CommandStream:
     return CommandStream(name="t", source="test", commands=cmds, topic="/planner/command")
 
 
+def test_overlapping_runs_in_one_process_share_the_interpreter_settings(tmp_path: Path) -> None:
+    """Two runs in one process (as a fleet's robots): the first to end leaves the heap frozen
+    and the switch interval short for the other; the last gives both back."""
+    def settings(name: str) -> Any:
+        return resolve_run(RunSettings(period_ms=40, deadline_ms=30, mode="event",
+                                       log_dir=tmp_path / name, engine="sim",
+                                       engine_options={"device": "orin-agx-64gb", "seed": 1}))[0]
+    before_switch_s = sys.getswitchinterval()
+    seen: dict[str, Any] = {}
+
+    def body() -> None:
+        with PlannerRun(settings("a"), publish=lambda env: None) as a, \
+                PlannerRun(settings("b"), publish=lambda env: None) as b:
+            seen["a"], seen["b"] = a.enter_loop_thread(), b.enter_loop_thread()
+            a.close()
+            seen["after_a"] = (gc.get_freeze_count(), sys.getswitchinterval())
+            b.close()
+            seen["after_b"] = (gc.get_freeze_count(), sys.getswitchinterval())
+
+    _in_thread(body)
+    assert (seen["a"]["loops_in_process"], seen["b"]["loops_in_process"]) == (1, 2)
+    frozen, switch_s = seen["after_a"]
+    assert frozen > 1000 and switch_s == seen["b"]["switch_interval_s"] < 0.005
+    assert seen["after_b"] == (0, before_switch_s)
+
+
 def test_a_run_pins_its_engine_worker_and_records_the_budget(tmp_path: Path) -> None:
     cpus = sorted(available_cpus())
     budget = CpuBudget(loop_cpus=(cpus[0],), engine_nice=7)

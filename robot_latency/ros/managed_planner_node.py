@@ -110,6 +110,7 @@ class ManagedPlannerNode(CoreNode, LifecycleNode):
         except NodeStepError as err:
             return self._refuse(f"configure failed: {err}")
         self.last_error = None
+        self.core.clear_error("lifecycle")
         cfg = settings.run
         self.get_logger().info(f"configured: engine {cfg.engine} ({cfg.label}) loaded, "
                                f"deadline {cfg.settings.deadline_ms:g} ms; "
@@ -128,6 +129,7 @@ class ManagedPlannerNode(CoreNode, LifecycleNode):
         except NodeStepError as err:
             super().on_deactivate(state)
             return self._refuse(f"activate failed: {err}")
+        self.core.clear_error("lifecycle")
         self.get_logger().info(f"active: run {self.core.runs} in {driver.run.log_dir}")
         return SUCCESS
 

@@ -34,6 +34,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.duration import Duration
+from rclpy.exceptions import ParameterNotDeclaredException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -149,6 +150,10 @@ class PlannerCore:
         self._cycle_pub: Any = None
         self._subs: list[Any] = []
         self._diag_timer: Any = None
+        #: ERROR statuses standing until cleared (a failed transition), by name, and the timer
+        #: that repeats them
+        self._standing: dict[str, StatusReport] = {}
+        self._standing_timer: Any = None
         # A plain publisher in every state: a failed start-up or transition is reported on it.
         self._diag_pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
 
@@ -398,10 +403,44 @@ class PlannerCore:
             self._diag_pub.publish(self._array(reports))
 
     def report_error(self, name: str, message: str) -> None:
-        """Log ``message`` as an error and publish it as an ERROR status named ``name``."""
+        """Log ``message`` as an error and publish it as an ERROR status named ``name``, again
+        every ``diagnostics_period_s`` until :meth:`clear_error` (as diagnostic_updater repeats
+        a status): /diagnostics is volatile, so a monitor that starts later, or whose
+        subscription matched a moment after the failure, still sees it."""
         self.logger.error(message)
+        self._standing[name] = StatusReport(name, ERROR, message, {})
+        self._publish_standing()
+        if self._standing_timer is None:
+            self._standing_timer = self.node.create_timer(self._standing_period_s(),
+                                                          self._publish_standing)
+
+    def _standing_period_s(self) -> float:
+        # The parameter as declared; its default where it is not declared or not usable (the
+        # failure being reported may be that very parameter).
+        default_s = float(_BY_NAME["diagnostics_period_s"].default)
         try:
-            self._diag_pub.publish(self._array([StatusReport(name, ERROR, message, {})]))
+            value = self.node.get_parameter("diagnostics_period_s").value
+        except ParameterNotDeclaredException:
+            return default_s
+        return float(value) if isinstance(value, (int, float)) and value > 0 else default_s
+
+    @property
+    def standing_errors(self) -> tuple[str, ...]:
+        """The names of the ERROR statuses being repeated on /diagnostics."""
+        return tuple(self._standing)
+
+    def clear_error(self, name: str) -> None:
+        """Stop repeating the ERROR status ``name`` (the step it reported has since succeeded)."""
+        self._standing.pop(name, None)
+        if not self._standing and self._standing_timer is not None:
+            self.node.destroy_timer(self._standing_timer)
+            self._standing_timer = None
+
+    def _publish_standing(self) -> None:
+        if not self._standing:
+            return
+        try:
+            self._diag_pub.publish(self._array(list(self._standing.values())))
         except Exception as err:  # best effort: the node may be about to exit anyway
             self.logger.warning(f"could not publish the ERROR diagnostic: {err!r}")
 

@@ -34,7 +34,6 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.duration import Duration
-from rclpy.exceptions import ParameterNotDeclaredException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -48,7 +47,6 @@ from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import (
-    ERROR,
     CycleWindow,
     DiagnosticsTracker,
     DiagnosticThresholds,
@@ -65,6 +63,7 @@ from robot_latency.ros.params import (
     coerce,
     planner_settings,
 )
+from robot_latency.ros.standing_errors import StandingErrors
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
     CYCLE_TOPIC,
@@ -150,10 +149,9 @@ class PlannerCore:
         self._cycle_pub: Any = None
         self._subs: list[Any] = []
         self._diag_timer: Any = None
-        #: ERROR statuses standing until cleared (a failed transition), by name, and the timer
-        #: that repeats them
-        self._standing: dict[str, StatusReport] = {}
-        self._standing_timer: Any = None
+        #: ERROR statuses repeated until cleared (a failed start-up or transition)
+        self.standing = StandingErrors(node, self._publish_reports,
+                                       float(_BY_NAME["diagnostics_period_s"].default))
         # A plain publisher in every state: a failed start-up or transition is reported on it.
         self._diag_pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
 
@@ -404,43 +402,18 @@ class PlannerCore:
 
     def report_error(self, name: str, message: str) -> None:
         """Log ``message`` as an error and publish it as an ERROR status named ``name``, again
-        every ``diagnostics_period_s`` until :meth:`clear_error` (as diagnostic_updater repeats
-        a status): /diagnostics is volatile, so a monitor that starts later, or whose
-        subscription matched a moment after the failure, still sees it."""
+        every ``diagnostics_period_s`` until :meth:`clear_error`
+        (:mod:`robot_latency.ros.standing_errors`)."""
         self.logger.error(message)
-        self._standing[name] = StatusReport(name, ERROR, message, {})
-        self._publish_standing()
-        if self._standing_timer is None:
-            self._standing_timer = self.node.create_timer(self._standing_period_s(),
-                                                          self._publish_standing)
-
-    def _standing_period_s(self) -> float:
-        # The parameter as declared; its default where it is not declared or not usable (the
-        # failure being reported may be that very parameter).
-        default_s = float(_BY_NAME["diagnostics_period_s"].default)
-        try:
-            value = self.node.get_parameter("diagnostics_period_s").value
-        except ParameterNotDeclaredException:
-            return default_s
-        return float(value) if isinstance(value, (int, float)) and value > 0 else default_s
-
-    @property
-    def standing_errors(self) -> tuple[str, ...]:
-        """The names of the ERROR statuses being repeated on /diagnostics."""
-        return tuple(self._standing)
+        self.standing.report(name, message)
 
     def clear_error(self, name: str) -> None:
         """Stop repeating the ERROR status ``name`` (the step it reported has since succeeded)."""
-        self._standing.pop(name, None)
-        if not self._standing and self._standing_timer is not None:
-            self.node.destroy_timer(self._standing_timer)
-            self._standing_timer = None
+        self.standing.clear(name)
 
-    def _publish_standing(self) -> None:
-        if not self._standing:
-            return
+    def _publish_reports(self, reports: Sequence[StatusReport]) -> None:
         try:
-            self._diag_pub.publish(self._array(list(self._standing.values())))
+            self._diag_pub.publish(self._array(reports))
         except Exception as err:  # best effort: the node may be about to exit anyway
             self.logger.warning(f"could not publish the ERROR diagnostic: {err!r}")
 

@@ -239,12 +239,12 @@ def test_the_error_stops_repeating_once_a_configure_succeeds(
             return bool(future.result().success)
 
         assert not configure()
-        assert node.core.standing_errors == ("lifecycle",)
+        assert node.core.standing.names == ("lifecycle",)
         spin.wait_for(lambda: len(list(errors)) >= 2, 30, "the ERROR, repeated")
         assert all("missing.gguf" in m for m in list(errors))
         assert node.set_parameters([Parameter("model", value="")])[0].successful  # bundled
         assert configure(), node.last_error
-        assert node.core.standing_errors == ()
+        assert node.core.standing.names == ()
     finally:
         spin.stop()  # before on_shutdown destroys the node's topics
         if node is not None:

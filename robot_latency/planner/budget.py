@@ -266,11 +266,6 @@ class LoopProcessHold:
         self._loops = 0
         self._switch_interval_before_s: float | None = None
 
-    @property
-    def loops(self) -> int:
-        """How many loops hold the settings now."""
-        return self._loops
-
     def enter(self, switch_interval_s: float) -> dict[str, Any]:
         """Hold the settings for one more loop; return what is in effect (for the manifest)."""
         with self._lock:

@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
@@ -46,6 +46,23 @@ PARTIAL_TRACE_WAIT_NS = 200_000_000
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
+
+
+class Withdrawals(Protocol):
+    """Commands their sender can withdraw (a ROS action goal's cancel), as the loop asks."""
+
+    def tracks(self, command_id: str) -> bool:
+        """Whether ``command_id`` can be withdrawn at all (its generation is then watched)."""
+        ...
+
+    def is_withdrawn(self, command_id: str) -> bool:
+        """Whether the sender no longer wants a plan for ``command_id`` (thread-safe)."""
+        ...
+
+    def dropped(self, command_id: str) -> None:
+        """Told (from the loop's thread) when the loop gave a withdrawn command up: nothing is
+        published for it, its cycle is recorded as ``cancelled``."""
+        ...
 
 
 def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
@@ -125,6 +142,11 @@ class PlannerLoop:
         #: set by the driver of an event-mode run with on_new_command=preempt: True while a
         #: newer command waits (the running generation is then aborted)
         self.newer_command_waiting: Interrupt | None = None
+        #: set by a source whose commands can be withdrawn: a withdrawn command's generation is
+        #: aborted, nothing is published for it, and periodic ticks stop re-planning it
+        self.withdrawals: Withdrawals | None = None
+        #: the command of the cycle running now (None between cycles); read by other threads
+        self.running: InboundCommand | None = None
 
     # --- one cycle ---------------------------------------------------------------------------
     def _command_problem(self, text: str) -> str | None:
@@ -140,9 +162,27 @@ class PlannerLoop:
     def run_cycle(self, cycle: int, scheduled_ns: int,
                   command: InboundCommand | None) -> CycleRecord:
         """Run one cycle for ``command`` (None: nothing to plan) and return its record."""
+        self.running = command
+        try:
+            return self._run_cycle(cycle, scheduled_ns, command)
+        finally:
+            self.running = None
+
+    def _withdrawn(self, command: InboundCommand | None) -> bool:
+        return (command is not None and self.withdrawals is not None
+                and self.withdrawals.is_withdrawn(command.command_id))
+
+    def _deadline_ns(self, command: InboundCommand | None) -> int:
+        """The cycle's deadline budget: the command's own when it asked for a shorter one."""
+        own = command.deadline_ns if command is not None else None
+        return self.config.deadline_ns if not own else min(own, self.config.deadline_ns)
+
+    def _run_cycle(self, cycle: int, scheduled_ns: int,
+                   command: InboundCommand | None) -> CycleRecord:
         cfg = self.config
         started = self.clock()
-        deadline = scheduled_ns + cfg.deadline_ns
+        budget_ns = self._deadline_ns(command)
+        deadline = scheduled_ns + budget_ns
         margin = cfg.margin_ns + self.transport.margin_ns()
         give_up = deadline - margin
         self._waited_to_give_up = False
@@ -165,6 +205,8 @@ class PlannerLoop:
         problem = None if text is None else self._command_problem(text)
         if text is None:
             reason = "no_command"
+        elif self._withdrawn(command):
+            reason = "cancelled"
         elif problem is not None:
             log.warning("cycle %d, command %s: %s; falling back", cycle, rec.command_id, problem)
             reason = "bad_command"
@@ -176,11 +218,16 @@ class PlannerLoop:
             state = command.state if command is not None and command.state is not None \
                 else self._state
             plan, reason = self._ask_model(rec, text, state, give_up)
-        if reason == "superseded":
+        if reason != "cancelled" and self._withdrawn(command):
+            reason = "cancelled"  # withdrawn while the model or the fallback answered
+        if reason in ("superseded", "cancelled"):
             # on_new_command=preempt: a newer command arrived and the generation was aborted.
             # The older command gets no plan of its own (the newer one's follows at once); its
-            # cycle is recorded as superseded, a miss, with the phases it ran.
-            rec.plan_source, rec.fallback_reason = "none", "superseded"
+            # cycle is recorded as superseded, a miss, with the phases it ran. A withdrawn
+            # command (cancelled) gets none either: its sender no longer waits for one.
+            rec.plan_source, rec.fallback_reason = "none", reason
+            if reason == "cancelled" and command is not None and self.withdrawals is not None:
+                self.withdrawals.dropped(command.command_id)
             self._collect_partial(rec)
             self._write(rec)
             self.cycles_run += 1
@@ -201,7 +248,7 @@ class PlannerLoop:
             "cycle": cycle, "command_id": rec.command_id, "source": rec.plan_source,
             "fallback_reason": rec.fallback_reason, "plan": plan,
             "deadline_met": published <= deadline, "cycle_ms": (published - scheduled_ns) / 1e6,
-            "deadline_ms": self.config.deadline_ns / 1e6, "margin_ms": margin / 1e6,
+            "deadline_ms": budget_ns / 1e6, "margin_ms": margin / 1e6,
         }
         try:
             self.publish(envelope)
@@ -235,6 +282,13 @@ class PlannerLoop:
                                     messages=self.planning.messages(text, state))
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
+        withdrawals, cid = self.withdrawals, rec.command_id
+        if withdrawals is not None and cid is not None and withdrawals.tracks(cid):
+            newer = interrupt
+
+            def interrupt() -> bool:  # a withdrawn command's generation is aborted too
+                return withdrawals.is_withdrawn(cid) or (newer is not None and newer())
+
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         trace = outcome.trace
         self._partial_pending = trace is None and outcome.status in ("timeout", "preempted")
@@ -344,6 +398,9 @@ class PlannerLoop:
             newest = self.mailbox.take()
             if newest is not None:
                 self._current = newest
+            if self._current is not None and self._withdrawn(self._current) \
+                    and self._current.command_id == self._last_command_id:
+                self._current = None  # withdrawn after its cycles: no longer re-planned
             self.run_cycle(self._take_cycle_id(), scheduled, self._current)
             n += 1
             # Ticks whose deadline passed while this cycle overran are misses, not gaps.
@@ -381,7 +438,7 @@ class PlannerLoop:
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
-            if self.clock() >= command.start_ns + self.config.deadline_ns:
+            if self.clock() >= command.start_ns + self._deadline_ns(command):
                 self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
                               arrival_ns=command.arrival_ns)
             else:

@@ -13,14 +13,16 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class InboundCommand:
     """A command as it arrived: its id, text and arrival time (ns, the loop's clock), the robot
-    state text that came with it (None: the loop's latest state, if any), and when its sender
-    sent it, on the loop's clock (None: not known)."""
+    state text that came with it (None: the loop's latest state, if any), when its sender
+    sent it, on the loop's clock (None: not known), and the deadline its sender asked for (ns;
+    None: the loop's; the loop never takes longer than its own)."""
 
     command_id: str
     text: str
     arrival_ns: int
     state: str | None = None
     sent_ns: int | None = None
+    deadline_ns: int | None = None
 
     @property
     def start_ns(self) -> int:

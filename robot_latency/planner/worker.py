@@ -13,18 +13,17 @@ with llama.cpp on both cores, 0.29 ms with one core left free).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing as mp
 import os
 import signal
 import time
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace
+from robot_latency.planner.abort_flag import AbortFlag
 from robot_latency.planner.config import DEFAULT_HANG_TIMEOUT_MS
 from robot_latency.planner.runner import Interrupt, RunnerHealth, RunOutcome, outcome_of
 
@@ -32,30 +31,6 @@ log = logging.getLogger(__name__)
 
 #: How often a generation that a newer command may preempt checks for one (ns).
 INTERRUPT_POLL_NS = 2_000_000
-
-
-class AbortFlag:
-    """A stop flag shared with the worker process, read and written without a lock.
-
-    ``multiprocessing.Event`` takes a cross-process semaphore on every ``is_set()``; llama.cpp's
-    abort callback asks hundreds of times per token, and a loop that must ``set()`` the flag
-    while the (niced) worker is preempted holding that semaphore waits for the worker to be
-    scheduled again: a priority inversion in the loop's most time-critical step. One shared
-    byte needs no lock: a single writer (the loop), aligned byte stores, and readers that only
-    need to see the store eventually (within microseconds on one machine).
-    """
-
-    def __init__(self, ctx: BaseContext) -> None:
-        self._value = ctx.RawValue(ctypes.c_bool, False)
-
-    def set(self) -> None:
-        self._value.value = True
-
-    def clear(self) -> None:
-        self._value.value = False
-
-    def is_set(self) -> bool:
-        return bool(self._value.value)
 
 
 def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
@@ -138,6 +113,7 @@ class ProcessRunner:
         self._abort: AbortFlag | None = None
         self._seq = 0
         self._busy_seq: int | None = None   # request still running in the worker
+        self._in_flight = False             # a run() is waiting for the worker's answer
         self._busy_give_up_ns = 0
         self.engine_info: dict[str, Any] = {}
         self.restarts = 0
@@ -373,6 +349,20 @@ class ProcessRunner:
         except (OSError, ValueError) as err:
             self._restart(f"worker pipe broken: {err}")
             return RunOutcome(None, "unavailable", "engine worker was restarted")
+        self._in_flight = True
+        try:
+            return self._answer(seq, give_up_ns, interrupt)
+        finally:
+            self._in_flight = False
+
+    def generated_tokens(self) -> int | None:
+        """Tokens out so far of the generation the loop waits for now (any thread); None when
+        it waits for none."""
+        abort = self._abort
+        return abort.tokens if self._in_flight and abort is not None else None
+
+    def _answer(self, seq: int, give_up_ns: int, interrupt: Interrupt | None) -> RunOutcome:
+        assert self._proc is not None and self._conn is not None and self._abort is not None
         while True:
             try:
                 ready = self._wait_ready(give_up_ns, interrupt)

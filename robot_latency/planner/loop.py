@@ -249,6 +249,7 @@ class PlannerLoop:
             "fallback_reason": rec.fallback_reason, "plan": plan,
             "deadline_met": published <= deadline, "cycle_ms": (published - scheduled_ns) / 1e6,
             "deadline_ms": budget_ns / 1e6, "margin_ms": margin / 1e6,
+            "tokens_out": rec.tokens_out,
         }
         try:
             self.publish(envelope)

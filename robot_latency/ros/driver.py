@@ -64,12 +64,15 @@ class PlannerDriver:
 
     # --- input ---------------------------------------------------------------------------------
     def submit(self, text: str, command_id: str | None = None, *,
-               sent_ns: int | None = None) -> InboundCommand:
+               sent_ns: int | None = None, state: str | None = None,
+               deadline_ns: int | None = None) -> InboundCommand:
         """Stamp a command's arrival now (the loop's clock) and hand it to the loop.
 
         ``command_id``: the sender's id for it (a tagged command); None: the next own id.
         ``sent_ns``: when the sender sent it, on the loop's clock (a stamped tagged command); a
         stamp after the arrival or more than a deadline before it is not believed (dropped).
+        ``state``: robot state text sent with it (None: the loop's latest). ``deadline_ns``:
+        the deadline its sender asked for (None: the loop's; never longer than the loop's).
         """
         arrival = self.run.clock()
         if command_id is None:
@@ -77,7 +80,8 @@ class PlannerDriver:
                 command_id = f"{self.id_prefix}{next(self._ids)}"
         if sent_ns is not None and not 0 <= arrival - sent_ns <= self.loop.config.deadline_ns:
             sent_ns = None
-        command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns)
+        command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns, state=state,
+                                 deadline_ns=deadline_ns)
         self.loop.submit(command)
         self._arrived.set()
         return command

@@ -6,10 +6,16 @@ so it is registered before it is sent) with its send time, the goal carries the 
 the deadline, and the result, read in its callback, is the plan received. Receiver latency is
 the same ``received - sent`` on this host's monotonic clock, so a run sent through the action
 compares with one sent on the topic (the summary's ``via`` says which way was used).
+
+Goals are sent from the node's executor thread (a guard condition wakes it): Humble's and
+Jazzy's rclpy register a goal's pending response only after the request is out, so a response
+taken by the executor in between is dropped as unexpected and the goal never completes (Kilted
+takes a lock around it). The send stamp is read there, just before the request goes out.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import uuid
@@ -52,6 +58,9 @@ class GoalSender:
         self.failed = 0
         self.feedbacks = 0
         self.pending = 0
+        self._queue: collections.deque[tuple[uuid.UUID, str, str | None, int]] = \
+            collections.deque()
+        self._wake = node.create_guard_condition(self._send_queued)
 
     def server_ready(self) -> bool:
         """Whether the planner's action server is discovered."""
@@ -59,31 +68,42 @@ class GoalSender:
 
     def send(self, command_id: str, text: str, *, stream_command_id: str | None = None,
              play: int = 0) -> str:
-        """Send ``text`` as a goal (from any thread); return its command id (the goal id).
+        """Send ``text`` as a goal (from any thread: it goes out from the executor's); return
+        its command id (the goal id).
 
         ``command_id`` (the stream's id for this send) is kept as the stream command id when
         none is given.
         """
         goal_uuid = uuid.uuid4()
-        cid = goal_uuid.hex
-        sent_ns = self.tracker.clock()
-        goal = PlanCommand.Goal(command=text, deadline_ms=float(self.deadline_ms))
-        goal.sent = self.node.get_clock().now().to_msg()
-        self.tracker.sent(cid, sent_ns, stream_command_id=stream_command_id or command_id,
-                          play=play)
         with self._lock:
             self.pending += 1
-        try:
-            future = self.client.send_goal_async(
-                goal, feedback_callback=self._on_feedback,
-                goal_uuid=UUID(uuid=list(goal_uuid.bytes)))
-        except Exception:
-            self.tracker.not_sent(cid)
+            self._queue.append((goal_uuid, text, stream_command_id or command_id, play))
+        self._wake.trigger()
+        return goal_uuid.hex
+
+    def _send_queued(self) -> None:
+        while True:
             with self._lock:
-                self.pending -= 1
-            raise
-        future.add_done_callback(lambda f, cid=cid: self._on_goal_response(cid, f))
-        return cid
+                if not self._queue:
+                    return
+                goal_uuid, text, stream_id, play = self._queue.popleft()
+            cid = goal_uuid.hex
+            goal = PlanCommand.Goal(command=text, deadline_ms=float(self.deadline_ms))
+            sent_ns = self.tracker.clock()
+            goal.sent = self.node.get_clock().now().to_msg()
+            self.tracker.sent(cid, sent_ns, stream_command_id=stream_id, play=play)
+            try:
+                future = self.client.send_goal_async(
+                    goal, feedback_callback=self._on_feedback,
+                    goal_uuid=UUID(uuid=list(goal_uuid.bytes)))
+            except Exception as err:  # counted; the replay goes on
+                log.error("goal %s not sent: %r", cid, err)
+                self.tracker.not_sent(cid)
+                with self._lock:
+                    self.pending -= 1
+                    self.failed += 1
+                continue
+            future.add_done_callback(lambda f, cid=cid: self._on_goal_response(cid, f))
 
     def _on_feedback(self, _msg: Any) -> None:
         with self._lock:
@@ -119,5 +139,6 @@ class GoalSender:
         self.tracker.received(plan_envelope(plan), received_ns)
 
     def destroy(self) -> None:
-        """Remove the action client from the node."""
+        """Remove the action client and its guard condition from the node."""
         self.client.destroy()
+        self.node.destroy_guard_condition(self._wake)

@@ -101,7 +101,8 @@ class PlanActionServer:
         self._driver = driver
         self._on_handoff = on_handoff
         self.clock = clock
-        self._lock = threading.Lock()
+        # one lock for the goals' state and their feedback (sent from both threads, in order)
+        self._lock = threading.RLock()
         self._goals: dict[str, _Goal] = {}
         self._done: list[_Goal] = []
         self._poll: Any = None
@@ -163,6 +164,10 @@ class PlanActionServer:
             goal.handed_over, goal.result, goal.published_ns = True, msg, now
             goal.reason, goal.final_tokens = reason, tokens
             self._done.append(goal)
+            if msg is not None:
+                # from this thread, before the result: feedback is a topic, the result a
+                # service answer, and a client drops feedback that comes after the result
+                self._last_phases(goal, msg.source)
         self._wake.trigger()
 
     # --- goals (executor thread) -------------------------------------------------------------
@@ -225,8 +230,6 @@ class PlanActionServer:
             for goal in done:
                 self._goals.pop(goal.command_id, None)
         for goal in done:
-            if goal.result is not None:
-                self._last_phases(goal, goal.result.source)
             self._finish(goal)
         self._stop_poll_when_idle()
 
@@ -259,14 +262,15 @@ class PlanActionServer:
 
     # --- feedback ----------------------------------------------------------------------------
     def _feedback(self, goal: _Goal, phase: str, tokens: int) -> None:
-        now = self.clock()
-        goal.phase, goal.tokens, goal.feedback_ns = phase, tokens, now
-        goal.handle.publish_feedback(PlanCommand.Feedback(
-            phase=phase, tokens=tokens, elapsed_ms=(now - goal.accepted_ns) / 1e6))
+        with self._lock:
+            now = self.clock()
+            goal.phase, goal.tokens, goal.feedback_ns = phase, tokens, now
+            goal.handle.publish_feedback(PlanCommand.Feedback(
+                phase=phase, tokens=tokens, elapsed_ms=(now - goal.accepted_ns) / 1e6))
 
     def _last_phases(self, goal: _Goal, source: str) -> None:
         """Feedback for the phases the goal's cycle went through since the last poll saw it (a
-        cycle can be shorter than :data:`POLL_PERIOD_S`), before its result."""
+        cycle can be shorter than :data:`POLL_PERIOD_S`), before its result (under the lock)."""
         tokens = max(goal.final_tokens, goal.tokens, 0)
         if goal.phase == "queue":
             self._feedback(goal, "prefill", 0)
@@ -280,23 +284,25 @@ class PlanActionServer:
         running = driver.loop.running if driver is not None else None
         if running is None:
             return
-        with self._lock:
+        tokens_of = getattr(driver.run.runner, "generated_tokens", None)
+        tokens = tokens_of() if tokens_of is not None else None
+        with self._lock:  # decided and sent under the lock: never after the last phases
             goal = self._goals.get(running.command_id)
             if goal is None or goal.handed_over or goal.withdrawn:
                 return
-        tokens_of = getattr(driver.run.runner, "generated_tokens", None)
-        tokens = tokens_of() if tokens_of is not None else None
-        if tokens is None:
-            # not with the engine (waiting for it, or done and answering): keep the phase
-            if goal.phase == "queue":
-                self._feedback(goal, "prefill", 0)
-            return
-        phase = "decode" if tokens > 0 else "prefill"
-        if phase != goal.phase:
-            self._feedback(goal, phase, tokens)
-        elif (phase == "decode" and tokens != goal.tokens
-              and self.clock() - goal.feedback_ns >= FEEDBACK_PERIOD_S * 1e9):
-            self._feedback(goal, phase, tokens)
+            if tokens is None:
+                # not with the engine (waiting for it, or done and answering): keep the phase
+                if goal.phase == "queue":
+                    self._feedback(goal, "prefill", 0)
+                return
+            phase = "decode" if tokens > 0 else "prefill"
+            if phase == "decode" and goal.phase == "queue":
+                self._feedback(goal, "prefill", 0)  # it went by between two polls
+            if phase != goal.phase and not (phase == "prefill" and goal.phase == "decode"):
+                self._feedback(goal, phase, tokens)
+            elif (phase == "decode" and tokens > goal.tokens
+                  and self.clock() - goal.feedback_ns >= FEEDBACK_PERIOD_S * 1e9):
+                self._feedback(goal, phase, tokens)
 
     def _stop_poll_when_idle(self) -> None:
         with self._lock:

@@ -67,6 +67,10 @@ class Client:
         self.wait_for = spin.wait_for
         self.action = ActionClient(self.node, PlanCommand, f"{namespace}/planner/plan_command")
         self.lock = threading.Lock()
+        # goals go out from the executor's thread (Humble's and Jazzy's rclpy race otherwise,
+        # see robot_latency.ros.action_client)
+        self.queue: list[tuple[Sent, PlanCommand.Goal, uuid.UUID]] = []
+        self.wake = self.node.create_guard_condition(self._send_queued)
         self.plans: list[Plan] = []
         self.json_plans: list[dict] = []
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -89,13 +93,30 @@ class Client:
     def send(self, text: str, deadline_ms: float = 0.0) -> Sent:
         goal_uuid = uuid.uuid4()
         goal = PlanCommand.Goal(command=text, deadline_ms=deadline_ms)
-        goal.sent = self.node.get_clock().now().to_msg()
-        sent = Sent(goal_uuid.hex, deadline_ms or NODE_DEADLINE_MS, time.perf_counter_ns())
-        future = self.action.send_goal_async(
-            goal, feedback_callback=lambda m: sent.feedback.append(m.feedback),
-            goal_uuid=_uuid_msg(goal_uuid))
-        future.add_done_callback(lambda f: self._accepted(sent, f))
+        sent = Sent(goal_uuid.hex, deadline_ms or NODE_DEADLINE_MS, 0)
+        with self.lock:
+            self.queue.append((sent, goal, goal_uuid))
+        self.wake.trigger()
         return sent
+
+    def _send_queued(self) -> None:
+        with self.lock:
+            queued, self.queue = self.queue, []
+        for sent, goal, goal_uuid in queued:
+            sent.sent_ns = time.perf_counter_ns()
+            goal.sent = self.node.get_clock().now().to_msg()
+            future = self.action.send_goal_async(
+                goal, feedback_callback=lambda m, s=sent: s.feedback.append(m.feedback),
+                goal_uuid=_uuid_msg(goal_uuid))
+            future.add_done_callback(lambda f, s=sent: self._accepted(s, f))
+
+    def in_executor(self, call: Callable[[], Any]) -> Any:
+        """Call ``call`` in the executor's thread (as the sends); return the future it returns."""
+        box: list[Any] = []
+        guard = self.node.create_guard_condition(lambda: box.append(call()))
+        guard.trigger()
+        self.wait_for(lambda: box, 30, "the executor to run the call")
+        return box[0]
 
     def _accepted(self, sent: Sent, future: Any) -> None:
         handle = future.result()
@@ -156,6 +177,9 @@ def llama_planner(ros_context: Context, spin: Spinner,
         spin.wait_for(lambda: client.action.server_is_ready() or proc.poll() is not None, 120,
                       "the planner's action server")
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        # The server is discovered while the node still loads its model (it spins after): a
+        # first goal, not counted, tells when it serves.
+        _wait_done(client, client.send("stop"), 120)
         yield client, log_dir
     finally:
         output = _stop(proc)
@@ -191,17 +215,20 @@ def test_sixty_goals_of_the_shipped_stream_each_get_their_plan_by_the_deadline(
         # the action language: typed steps, the same as the JSON plan's
         steps = json.loads(g.plan.plan_json)["steps"]
         assert [s.action for s in g.plan.steps] == [s["action"] for s in steps]
+        # Feedback in order: phases, tokens and elapsed time never go back. (Feedback is a
+        # topic and the result a service answer: the last feedback can reach the client after
+        # the result, which rclpy then drops; so no particular phase is asserted per goal.)
         phases = [f.phase for f in g.feedback]
-        assert phases and phases[0] == "queue", phases
         assert [PHASES.index(p) for p in phases] == sorted(PHASES.index(p) for p in phases)
         tokens = [f.tokens for f in g.feedback]
         assert tokens == sorted(tokens)
         elapsed = [f.elapsed_ms for f in g.feedback]
         assert elapsed == sorted(elapsed)
-        if g.plan.source == "model":  # feedback on the model's generation: tokens came out
-            assert "decode" in phases and tokens[-1] > 0, phases
-        else:
-            assert phases[-1] == "fallback", phases
+        assert "fallback" not in phases or g.plan.source == "fallback"
+    # feedback on the model's generations: tokens counted while they came out
+    decoding = [g for g in goals if g.plan.source == "model"
+                and any(f.phase == "decode" and f.tokens > 0 for f in g.feedback)]
+    assert decoding, [[f.phase for f in g.feedback] for g in goals]
     # each goal's plan went out on the plan topics too, the same cycle
     client.wait_for(lambda: {g.goal_id for g in goals} <= {p.command_id for p in client.topic()},
                     30, "the goals' plans on /planner/plan")
@@ -210,7 +237,12 @@ def test_sixty_goals_of_the_shipped_stream_each_get_their_plan_by_the_deadline(
     client.wait_for(lambda: {g.goal_id for g in goals}
                     <= {p["command_id"] for p in list(client.json_plans)}, 30,
                     "the goals' JSON plans on /planner/plan_json")
-    records = {r.command_id: r for r in read_records(log_dir / "cycles.jsonl")}
+    # a cycle's record is written after its plan (and an aborted generation's partial trace)
+    records = client.wait_for(lambda: (lambda got: got if {g.goal_id for g in goals} <= set(got)
+                                       else None)(
+        {r.command_id: r for r in read_records(log_dir / "cycles.jsonl")}), 30,
+        "the goals' cycle records")
+    assert all(records[g.goal_id].command_sent_ns is not None for g in goals)  # from the send
     assert all(records[g.goal_id].plan_source == g.plan.source for g in goals)
 
 
@@ -238,7 +270,7 @@ def test_a_goal_cancelled_mid_decode_returns_cancelled_and_publishes_nothing(
     goal = client.send("pick up the red cup and put it on the tray")
     client.wait_for(lambda: any(f.phase == "decode" and f.tokens > 0 for f in goal.feedback),
                     120, "decode feedback")
-    cancel = goal.handle.cancel_goal_async()
+    cancel = client.in_executor(goal.handle.cancel_goal_async)
     client.wait_for(cancel.done, 30, "the cancel response")
     assert len(cancel.result().goals_canceling) == 1
     _wait_done(client, goal, 30)

@@ -43,7 +43,7 @@ def _run(tmp_path: Path, script: str, *args: str, ok: bool = True) -> Any:
 
 
 def test_every_bench_script_has_a_smoke_run() -> None:
-    covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py",
+    covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py", "cpu_build.py",
                "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
                "predict_host.py", "profiles.py", "rule_planner.py", "soak.py",
                "offboard.py"}  # offboard.py: test/test_bench_offboard.py
@@ -74,6 +74,16 @@ def test_engine(tmp_path: Path, what: str) -> None:
     doc = _run(tmp_path, "engine.py", what, "--model", str(bundled_model_path("planner")),
                *small[what])
     assert len(doc) > 1
+
+
+def test_cpu_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    doc = _run(tmp_path, "cpu_build.py", "--model", "planner", "--quants", "Q8_0",
+               "--repeats", "1", "--gens", "1", "--threads", "1")
+    on, off = doc["cells"]["Q8_0/venv/on"], doc["cells"]["Q8_0/venv/off"]
+    assert on["use_extra_bufts"] is True and off["use_extra_bufts"] is False
+    assert on["n_repeats"] == off["n_repeats"] == 1 and on["itl_n"] > 0
+    assert "CPU :" in on["system_info"] and "Q8_0/venv off/on" in doc["ratios"]
 
 
 def test_onnx_engine(tmp_path: Path) -> None:

@@ -200,7 +200,7 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
             pfit = fit_two_term(pf, pm)
         except CalibrationError as err:
             # One prompt length (or one model size): the compute efficiency absorbs it all.
-            logger.info("prefill: %s; holding its overhead at 0", err)
+            logger.debug("prefill: %s; holding its overhead at 0", err)
             pfit = fit_two_term(pf, pm, fixed_overhead_ms=0.0)
             all_notes.append("prefill from one size: its overhead held at 0 ms")
         ce, p_overhead, p_cal = pfit.efficiency, pfit.overhead_ms, True

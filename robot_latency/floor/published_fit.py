@@ -13,6 +13,7 @@ from :mod:`robot_latency.floor.published_table`.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from collections.abc import Sequence
@@ -48,8 +49,23 @@ __all__ = [
     "table_calibration",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: The share of rows the stated interval is meant to hold (an 80% interval).
 INTERVAL_COVERAGE = 0.8
+
+
+@lru_cache(maxsize=8)
+def _log_table_summary(table: tuple[PublishedRow, ...]) -> None:
+    """Log one INFO line per table: its rows and the setup fits behind every calibration.
+
+    The fits themselves log at DEBUG only: the intervals refit the table hundreds of times.
+    """
+    fits = setup_fits(table)
+    held = sum(1 for f in fits if f["overhead_held_at_zero"])
+    logger.info("published table: %d rows from %d sources, %d setup fits (%d with a negative "
+                "fitted overhead held at 0)", len(table), len({r.source for r in table}),
+                len(fits), held)
 
 
 def _sizes(rows: Sequence[PublishedRow]) -> int:
@@ -106,6 +122,7 @@ def table_calibration(engine_family: str, device_id: str, *,
     """
     family = check_engine_family(engine_family)
     table = list(rows if rows is not None else load_table())
+    _log_table_summary(tuple(table))
     cal = _ladder(family, device_id, table, exclude=exclude, setup=setup)
     return replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
 

@@ -32,10 +32,8 @@ from __future__ import annotations
 from robot_latency.floor.published_fit import (
     INTERVAL_COVERAGE,
     ModelAdjustment,
-    NearRow,
     family_interval,
     model_adjustment,
-    nearest_rows,
     setup_fits,
     table_calibration,
 )
@@ -43,9 +41,11 @@ from robot_latency.floor.published_table import (
     METRICS,
     OPTIONAL_ROW_FIELDS,
     ROW_FIELDS,
+    NearRow,
     PublishedRow,
     default_table_path,
     load_table,
+    nearest_rows,
     not_predicted_reason,
     published_file_bytes,
     row_facts,

@@ -223,6 +223,7 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
     # without prefill points the prefill overhead is not the decode one (a decode step's fixed
     # cost says nothing about a prompt pass): 0, and the answer says "prefill uncalibrated"
     ce, p_overhead, p_cal = DEFAULT_COMPUTE_EFFICIENCY, 0.0, False
+    p_interval: tuple[float, float] | None = None
     if prefill:
         pf = [p.compute_floor_ms for p in prefill]
         pm = [p.measured_ms for p in prefill]
@@ -234,13 +235,16 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
             pfit = fit_two_term(pf, pm, fixed_overhead_ms=0.0)
             all_notes.append("prefill from one size: its overhead held at 0 ms")
         ce, p_overhead, p_cal = pfit.efficiency, pfit.overhead_ms, True
+        # the TTFT interval from the prefill points' own leave-one-out errors, as for decode
+        p_interval = _interval(pf, pm, pfit)
     return Calibration(
         engine_family=family, device_id=device_id, scope=scope, efficiency=fit.efficiency,
         overhead_ms=fit.overhead_ms, overhead_fixed=fit.overhead_fixed,
         interval_rel=_interval(floors, measured, fit), compute_efficiency=ce,
         prefill_overhead_ms=p_overhead, prefill_calibrated=p_cal, source=source,
         basis=tuple(p.label for p in points), residuals_rel=fit.residuals_rel,
-        notes=tuple(all_notes))
+        notes=tuple(all_notes), prefill_basis=tuple(p.label for p in prefill),
+        prefill_interval_rel=p_interval)
 
 
 def write_calibration(cal: Calibration, path: str | Path) -> None:

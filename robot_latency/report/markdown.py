@@ -151,7 +151,8 @@ def render_report(runs: Sequence[RunData], table_md: str,
     lines += [
               "Rates are fractions of all cycles with Wilson 95% intervals. A *deadline miss* is a "
               "plan published late or a skipped cycle; a *model miss* is a cycle the model did "
-              "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
+              "not deliver and a fallback answered, whatever the reason (every fallback is a "
+              "model miss). Floor efficiency = host ITL floor / measured "
               "ITL p50. Data: [comparison.csv](comparison.csv), "
               "[comparison.json](comparison.json).", ""]
     lines += edge_section(edges)
@@ -168,7 +169,9 @@ def render_report(runs: Sequence[RunData], table_md: str,
             lines += [f"![{_PLOT_TITLES.get(name, name)}]({name})", ""]
     lines += ["## Tail diagnosis", "",
               "Each miss is attributed to the first matching cause: skipped; superseded (a newer "
-              "command preempted it); engine_fault; "
+              "command preempted it); engine_fault (the engine failed, or the server was "
+              "unreachable, failing or malformed); invalid_output (the model's output did not "
+              "validate); bad_command (a bad or no command); "
               "host_steal (a hypervisor stopped the machine for at least the lateness, or for "
               f"> {STEAL_SHARE:.0%} of the deadline); publish_late (the model's last token "
               "came in time, the plan went out late); "

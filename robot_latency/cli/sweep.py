@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, split_list
+from robot_latency.cli.common import UsageError, echo, quant_level, split_list
 from robot_latency.cli.run import add_run_args, read_stream_arg, settings_from_args
 from robot_latency.models.ladder import VALID_QUANTS
 
@@ -79,12 +79,9 @@ def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
     from robot_latency.engines import ENGINES  # importing the package registers them
     from robot_latency.floor.devices import get_device
     from robot_latency.floor.errors import FloorError
-    from robot_latency.models.ladder import VALID_QUANTS
-
     for quant in axes["quant"]:
-        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
-            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
-                             f"{', '.join(VALID_QUANTS)}")
+        if quant is not None:
+            quant_level(quant, flag="--quants")  # main checked them already; a caller may not
     for device in axes["device"]:
         try:
             get_device(device)

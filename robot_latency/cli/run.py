@@ -144,18 +144,44 @@ def check_server_at_start(engine: str, server_url: str) -> None:
     check_server(server_url)
 
 
+def _first_missing(path: Path) -> Path | None:
+    """Return the outermost directory of ``path`` that does not exist yet (None: it exists)."""
+    if path.exists():
+        return None
+    top = path
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    return top
+
+
+def _recorded(out: Path) -> bool:
+    """Whether the run directory holds a cycle record (a failed start leaves none)."""
+    log = out / "cycles.jsonl"
+    return log.is_file() and log.stat().st_size > 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    import shutil
+
     from robot_latency.planner.replay import run_replay
 
     stream = read_stream_arg(args)
     out = Path(args.out)
-    check_server_at_start(args.engine, args.server_url)
-    config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
-                         device=args.device, deadline_ms=args.deadline_ms,
-                         period_ms=args.period_ms, label=args.label)
-    # A bar of cycles and misses while it runs, drawn only on a terminal.
-    summary = run_replay(config, stream, speed=args.speed, asap=args.asap, handle_signals=True,
-                         progress=True)
+    created = _first_missing(out)
+    try:
+        check_server_at_start(args.engine, args.server_url)
+        config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
+                                      device=args.device, deadline_ms=args.deadline_ms,
+                                      period_ms=args.period_ms, label=args.label)
+        # A bar of cycles and misses while it runs, drawn only on a terminal.
+        summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
+                             handle_signals=True, progress=True)
+    except BaseException:
+        # A failed start (a file that is no GGUF, an engine that cannot load) leaves no empty
+        # run directory behind; a run that recorded a cycle keeps everything it wrote.
+        if created is not None and created.exists() and not _recorded(out):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     if args.json:
         emit_json(summary)
     else:

@@ -133,3 +133,22 @@ def test_a_misspelled_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.startswith("usage: robot-latency models synth ")
     assert "unrecognized arguments: --sed 1" in err
+
+
+def test_a_failed_start_leaves_no_run_directory(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    stream = tmp_path / "s.jsonl"
+    stream.write_text('{"t_ns": 0, "text": "stop"}\n')
+    fake = tmp_path / "notes.gguf"
+    fake.write_text("not a model")
+    out = tmp_path / "runs" / "mine"
+    assert main(["run", "--stream", str(stream), "--model", str(fake), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.gguf: not a GGUF file" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # nor the parent it would have created
+    # a directory that was there before is the user's: it stays, as it was
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", "--stream", str(stream), "--model", str(fake), "--out", str(out)]) == 2
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

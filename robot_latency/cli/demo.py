@@ -8,11 +8,13 @@ keeps both.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, nonneg_int, split_list
 from robot_latency.demo_job import MainJob, main_job
+from robot_latency.hostcheck.load import HostLoad, LoadWatch
 from robot_latency.planner.config import ON_NEW_COMMAND
 
 _D = MainJob()  # the defaults, written once
@@ -48,6 +50,19 @@ def move_aside(out: Path) -> Path | None:
     return target
 
 
+def note_host_load(load: HostLoad, out: Path, report: Path) -> None:
+    """Keep the host's load over the demo in ``OUT/host_load.json``; when the host was
+    overloaded, say so and write the report again, opening with the warning."""
+    load.write(out)
+    if not load.warning:
+        return
+    echo(f"\nWARNING: {load.warning}")
+    from robot_latency.report.markdown import write_report
+
+    runs = json.loads((out / "demo.json").read_text())["runs"]
+    write_report(runs, report.parent)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     quants = tuple(split_list(args.quants))
     if not quants:
@@ -56,12 +71,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     kept = move_aside(out)
     if kept is not None:
         echo(f"the previous run in {out} is kept as {kept}")
-    main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
-                     stream=Path(args.stream) if args.stream else None, speed=args.speed,
-                     mode=args.mode, deadline_ms=args.deadline_ms, period_ms=args.period_ms,
-                     device=args.device, n_threads=args.n_threads,
-                     context_tokens=args.context, profile=args.profile or "",
-                     on_new_command=args.on_new_command), echo)
+    watch = LoadWatch().start()
+    report = main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
+                              stream=Path(args.stream) if args.stream else None,
+                              speed=args.speed, mode=args.mode, deadline_ms=args.deadline_ms,
+                              period_ms=args.period_ms, device=args.device,
+                              n_threads=args.n_threads, context_tokens=args.context,
+                              profile=args.profile or "",
+                              on_new_command=args.on_new_command), echo)
+    note_host_load(watch.stop(), out, report)
     return 0
 
 

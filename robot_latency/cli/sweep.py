@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, quant_level, split_list
-from robot_latency.cli.run import add_run_args, read_stream_arg, settings_from_args
+from robot_latency.cli.run import (
+    add_host_load,
+    add_run_args,
+    read_stream_arg,
+    settings_from_args,
+)
+from robot_latency.hostcheck.load import LoadWatch
 from robot_latency.models.ladder import VALID_QUANTS
 
 
@@ -64,7 +70,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             todo.append(config)
     for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
                        disable=not sys.stderr.isatty() and not args.progress):
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+        watch = LoadWatch().start()
+        summary = run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+        load = watch.stop()
+        add_host_load(summary, load, Path(config.log_dir))
+        if load.warning:
+            sys.stderr.write(f"WARNING: {config.label}: {load.warning}\n")
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")

@@ -54,3 +54,41 @@ def test_the_makefile_no_longer_deletes_the_previous_demo() -> None:
     text = (ROOT / "Makefile").read_text()
     recipe = text.split("\ndemo: ", 1)[1].split("\n\n", 1)[0]
     assert "rm " not in recipe and "robot-latency demo --out runs/demo" in recipe
+
+
+def test_an_overloaded_demo_says_so_in_its_report(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from robot_latency.cli.demo import note_host_load
+    from robot_latency.hostcheck.load import judge
+    from robot_latency.records import CycleRecord, JsonlSink
+    from robot_latency.stats import summarize, write_summary
+
+    out = tmp_path / "demo"
+    run = out / "Q8_0"
+    run.mkdir(parents=True)
+    ms = 1_000_000
+    records = [CycleRecord(run_id="r", cycle=i, scheduled_ns=i * 500 * ms,
+                           deadline_ns=i * 500 * ms + 400 * ms, started_ns=i * 500 * ms,
+                           published_ns=i * 500 * ms + 399 * ms, plan_source="fallback",
+                           fallback_reason="deadline") for i in range(4)]
+    with JsonlSink(run / "cycles.jsonl") as sink:
+        for r in records:
+            sink.write(r)
+    write_summary(summarize(records), run / "summary.json")
+    (run / "manifest.json").write_text(json.dumps({"label": "Q8_0",
+                                                   "config": {"deadline_ms": 400}}))
+    (out / "demo.json").write_text(json.dumps({"runs": [str(run)]}))
+    quiet = judge(wall_s=60, cores=2, load_avg_1m=1.0, steal_share=0.0, others_cpu_share=0.0,
+                  own_cpu_share=0.9)
+    note_host_load(quiet, out, out / "report" / "report.md")
+    assert json.loads((out / "host_load.json").read_text())["overloaded"] is False
+    assert not (out / "report").exists() and "WARNING" not in capsys.readouterr().out
+    busy = judge(wall_s=60, cores=2, load_avg_1m=7.9, steal_share=0.0, others_cpu_share=0.6,
+                 own_cpu_share=0.4)
+    note_host_load(busy, out, out / "report" / "report.md")
+    assert f"WARNING: {busy.warning}" in capsys.readouterr().out
+    text = (out / "report" / "report.md").read_text()
+    assert "> **Host overloaded** (Q8_0): host overloaded during the run: load average 7.9" \
+        in text.split("## Comparison")[0]

@@ -229,8 +229,8 @@ class LoadWatch:
         self.result = judge(wall_s=wall_s, cores=self.cores, load_avg_1m=load_avg,
                             steal_share=steal_share, others_cpu_share=others_s / capacity_s,
                             own_cpu_share=own_s / capacity_s, top_others=tuple(top[:self.top]))
-        if self.result.warning:
-            log.warning("%s", self.result.warning)
+        if self.result.warning:  # the caller prints it with the run's summary
+            log.info("%s", self.result.warning)
         return self.result
 
     def __enter__(self) -> LoadWatch:

@@ -66,12 +66,15 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         # argparse reports a subcommand's unknown flag with the top-level usage; a misspelled
-        # ``run`` flag deserves ``run``'s usage (exit status 2, as argparse's own errors).
-        _command_parser(parser, args).error(
-            f"unrecognized arguments: {' '.join(unknown)}")
+        # ``run`` flag deserves ``run``'s usage (exit status 2, as argparse's own errors). One
+        # before the command's name is the top level's own.
+        before = argv[:argv.index(args.command)] if args.command in argv else []
+        where = parser if any(u in before for u in unknown) else _command_parser(parser, args)
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     # llama.cpp's own log lines go to the robot_latency.llama_cpp logger at debug level:

@@ -133,6 +133,10 @@ def test_a_misspelled_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.startswith("usage: robot-latency models synth ")
     assert "unrecognized arguments: --sed 1" in err
+    with pytest.raises(SystemExit):  # the top level's own misspelled flag: its usage
+        main(["--colour", "run", "--stream", "s.jsonl", "--out", "o"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robot-latency [-h]") and "--colour" in err
 
 
 def test_a_failed_start_leaves_no_run_directory(tmp_path: Path,

@@ -167,7 +167,7 @@ def add_host_load(summary: dict[str, Any], load: HostLoad, run_dir: Path) -> Non
         write_summary(saved, path)
 
 
-def _first_missing(path: Path) -> Path | None:
+def first_missing(path: Path) -> Path | None:
     """Return the outermost directory of ``path`` that does not exist yet (None: it exists)."""
     if path.exists():
         return None
@@ -183,14 +183,22 @@ def _recorded(out: Path) -> bool:
     return log.is_file() and log.stat().st_size > 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def remove_failed_start(created: Path | None, run_dir: Path) -> None:
+    """Remove what a failed start created (``created``: the outermost directory the run made,
+    :func:`first_missing`), unless the run recorded a cycle. A directory that existed before
+    is the user's and stays."""
     import shutil
 
+    if created is not None and created.exists() and not _recorded(run_dir):
+        shutil.rmtree(created, ignore_errors=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
 
     stream = read_stream_arg(args)
     out = Path(args.out)
-    created = _first_missing(out)
+    created = first_missing(out)
     try:
         check_server_at_start(args.engine, args.server_url)
         config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
@@ -205,8 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except BaseException:
         # A failed start (a file that is no GGUF, an engine that cannot load) leaves no empty
         # run directory behind; a run that recorded a cycle keeps everything it wrote.
-        if created is not None and created.exists() and not _recorded(out):
-            shutil.rmtree(created, ignore_errors=True)
+        remove_failed_start(created, out)
         raise
     if args.json:
         emit_json(summary)

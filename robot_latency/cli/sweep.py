@@ -11,7 +11,9 @@ from robot_latency.cli.common import UsageError, echo, quant_level, split_list
 from robot_latency.cli.run import (
     add_host_load,
     add_run_args,
+    first_missing,
     read_stream_arg,
+    remove_failed_start,
     settings_from_args,
 )
 from robot_latency.hostcheck.load import LoadWatch
@@ -41,6 +43,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
     _check_sweep_axes(axes)  # every level, device and engine name, before anything
     out = Path(args.out)
+    sweep_created = first_missing(out)
     # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
     # a bad setting or a level that cannot be built stops the sweep before it spends a run.
     # A point is the flags' settings with the point's axes replaced, then the builder.
@@ -70,8 +73,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             todo.append(config)
     for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
                        disable=not sys.stderr.isatty() and not args.progress):
+        created = first_missing(Path(config.log_dir))
         watch = LoadWatch().start()
-        summary = run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+        try:
+            summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
+                                 progress=True)
+        except BaseException:
+            # a point that fails to start leaves nothing; the points done before it stay
+            remove_failed_start(created, Path(config.log_dir))
+            if sweep_created is not None and sweep_created.is_dir() \
+                    and not any(sweep_created.rglob("*")):
+                remove_failed_start(sweep_created, Path(config.log_dir))
+            raise
         load = watch.stop()
         add_host_load(summary, load, Path(config.log_dir))
         if load.warning:

@@ -150,6 +150,11 @@ def test_a_failed_start_leaves_no_run_directory(tmp_path: Path,
     err = capsys.readouterr().err
     assert "notes.gguf: not a GGUF file" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()  # nor the parent it would have created
+    sweep = tmp_path / "sweeps" / "mine"
+    assert main(["sweep", "--stream", str(stream), "--model", str(fake), "--devices",
+                 "orin-nano-8gb,orin-agx-64gb", "--out", str(sweep)]) == 2
+    assert "notes.gguf: not a GGUF file" in capsys.readouterr().err
+    assert not (tmp_path / "sweeps").exists()
     # a directory that was there before is the user's: it stays, as it was
     out.mkdir(parents=True)
     (out / "notes.txt").write_text("mine")

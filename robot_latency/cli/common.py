@@ -96,7 +96,6 @@ def count_arg(text: str) -> int:
     return round(value)
 
 
-
 #: Every flag that names quant levels, by its argparse destination: one level, or a
 #: comma-separated list of them.
 QUANT_FLAGS = {"quant": "--quant", "draft_quant": "--draft-quant", "quants": "--quants",
@@ -122,7 +121,8 @@ def check_quant_flags(args: argparse.Namespace) -> None:
     command accepts and refuses the same names, before it does anything.
 
     Raises:
-        UsageError: an unknown level, or an empty list; names the flag.
+        UsageError: an unknown level; names the flag. (An empty list is the command's to
+            judge: some take it as "none".)
     """
     for dest, flag in QUANT_FLAGS.items():
         value = getattr(args, dest, None)
@@ -131,7 +131,4 @@ def check_quant_flags(args: argparse.Namespace) -> None:
         if dest in ("quant", "draft_quant"):
             setattr(args, dest, quant_level(value, flag=flag))
             continue
-        levels = [quant_level(q, flag=flag) for q in split_list(value)]
-        if not levels:
-            raise UsageError(f"{flag} needs at least one level")
-        setattr(args, dest, ",".join(levels))
+        setattr(args, dest, ",".join(quant_level(q, flag=flag) for q in split_list(value)))

@@ -132,8 +132,8 @@ $(STAMP): $(REQS) $(LLAMA_WHEEL_DEP)
 install: $(STAMP)
 
 # The main job: the inflated planner at three quant levels, replayed through the ROS 2 node.
+# A previous runs/demo is moved aside to runs/demo.<its time> by the command, never deleted.
 demo: $(STAMP)
-	rm -rf runs/demo
 	$(VENV)/bin/robot-latency demo --out runs/demo
 
 test: $(STAMP)

@@ -251,7 +251,7 @@ def test_predict_takes_a_gguf_files_ladder_level(tmp_path: Path, monkeypatch: py
     assert q8["itl_floor_ms"] < f32["itl_floor_ms"]  # fewer bytes per step at Q8_0
     assert (tmp_path / "cache" / "models" / "mine.Q8_0.gguf").is_file()
     err = _fails(capsys, "predict", "--model", str(own), "--quant", "Q4_KM")
-    assert "--quant Q4_KM: unknown quant 'Q4_KM'; valid: F32, F16, Q8_0" in err
+    assert "--quant: unknown level 'Q4_KM'; valid: F32, F16, Q8_0" in err
 
 
 def test_quant_help_lists_the_levels(capsys: pytest.CaptureFixture[str]) -> None:

@@ -102,7 +102,7 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
 
     with ProcessRunner("sim", options, hang_timeout_ms=5000, worker_nice=budget.engine_nice,
                        worker_cpus=budget.resolved_engine_cpus(),
-                       spin_ms=budget.spin_ms) as runner:
+                       spin_ms=budget.spin_ms, nap_ms=budget.nap_ms) as runner:
         # After the worker is spawned (it resets its own scheduler anyway).
         state = apply_to_loop_thread(budget)
         loop = PlannerLoop(

@@ -102,7 +102,8 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
 
     with ProcessRunner("sim", options, hang_timeout_ms=5000, worker_nice=budget.engine_nice,
                        worker_cpus=budget.resolved_engine_cpus(),
-                       spin_ms=budget.spin_ms, nap_ms=budget.nap_ms) as runner:
+                       spin_ms=budget.spin_ms,
+                       nap_ms=0.0 if args.no_nap else budget.nap_ms) as runner:
         # After the worker is spawned (it resets its own scheduler anyway).
         state = apply_to_loop_thread(budget)
         loop = PlannerLoop(
@@ -187,6 +188,8 @@ def main() -> int:
                     help="loop_priority=50: the loop under SCHED_FIFO (needs rtprio rights)")
     ap.add_argument("--pin", action="store_true",
                     help="loop_cpus=0: the loop on CPU 0, the engine worker on the others")
+    ap.add_argument("--no-nap", action="store_true",
+                    help="unpinned: poll the last stretch without napping (the earlier wait)")
     ap.add_argument("--no-freeze", action="store_true",
                     help="do not freeze the start-up heap (gc.freeze) before the loop starts")
     ap.add_argument("--baseline", action="store_true",
@@ -208,8 +211,10 @@ def main() -> int:
     finally:
         for p in loads:
             p.kill()
-    result.update(load_procs=args.load_procs,
-                  budget=budget.to_dict(), busy_engine=not args.no_busy)
+    result.update(load_procs=args.load_procs, budget=budget.to_dict(),
+                  busy_engine=not args.no_busy,
+                  spin_ms=budget.spin_ms, nap_ms=0.0 if args.no_nap else budget.nap_ms,
+                  load_avg_1min=os.getloadavg()[0])
     return emit_result(result, args.out)
 
 

@@ -87,4 +87,4 @@ def test_both_sides_from_two_threads_lose_nothing(ros_context: Context,
         assert margin.total_samples == probe.plans_received + probe.acks_received
     finally:
         probe.destroy()
-        node.destroy_node()
+        node.destroy_node()  # never spun

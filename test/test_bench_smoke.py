@@ -97,7 +97,10 @@ def test_onnx_engine(tmp_path: Path) -> None:
 def test_overshoot(tmp_path: Path) -> None:
     doc = _run(tmp_path, "overshoot.py", "--cycles", "20", "--period-ms", "20",
                "--deadline-ms", "10")
-    assert len(doc) > 1
+    assert doc["cycles"] == 20 and doc["fallbacks"] + doc["skipped"] == 20
+    # the CLI's default: the publish margin learned from the loop's own lateness
+    assert doc["publish_margin"]["publish_margin"] == "learned"
+    assert doc["publish_margin"]["wake_samples"] > 0 and doc["margin_ms"]["n"] > 0
 
 
 def test_predict_gpu_refuses_a_build_without_gpu_offload(tmp_path: Path) -> None:

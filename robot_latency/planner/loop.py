@@ -9,6 +9,14 @@ One cycle::
 
 The loop reads one injected clock. Latency counts from the scheduled start, and ticks whose
 deadline passed while an earlier cycle overran are recorded as skipped misses, not dropped.
+
+Where the deadline starts: at the tick (periodic mode) or the command's arrival (event mode),
+except for a command whose sender stamped its send on this clock (the client edge's tagged
+commands): the receiver counts its deadline from the send, so the first cycle that plans it
+does too, in both modes. In periodic mode the tick then only decides *when* it is planned: the
+wait for the tick is spent out of the command's budget and shows as the cycle's queue phase.
+A command whose budget is gone by the time it is planned (an old stamp, a long wait for the
+tick) keeps its lateness: it is answered at once by the fallback and recorded as missed.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopR
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import InboundCommand, Mailbox
-from robot_latency.planner.margin import TransportMargin
+from robot_latency.planner.margin import PublishMargin, TransportMargin
 from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop's runners)
     InlineRunner,
     Interrupt,
@@ -122,6 +130,8 @@ class PlannerLoop:
         self._last_plan_ns: int | None = None
         #: the transport margin (fixed, or measured from samples the ROS node adds)
         self.transport = TransportMargin(config.margin_settings())
+        #: the loop's own share (fixed, or learned from its lateness at the give-up time)
+        self.publish_margin = PublishMargin(config.publish_margin_settings())
         #: set by the driver of an event-mode run with on_new_command=preempt: True while a
         #: newer command waits (the running generation is then aborted)
         self.newer_command_waiting: Interrupt | None = None
@@ -139,16 +149,25 @@ class PlannerLoop:
 
     def run_cycle(self, cycle: int, scheduled_ns: int,
                   command: InboundCommand | None) -> CycleRecord:
-        """Run one cycle for ``command`` (None: nothing to plan) and return its record."""
+        """Run one cycle for ``command`` (None: nothing to plan) and return its record.
+
+        ``scheduled_ns`` is the tick (periodic mode) or the command's start (event mode). The
+        first cycle for a command stamped with its send counts from that send instead, where
+        it is earlier (see the module docstring).
+        """
         cfg = self.config
         started = self.clock()
-        deadline = scheduled_ns + cfg.deadline_ns
-        margin = cfg.margin_ns + self.transport.margin_ns()
-        give_up = deadline - margin
-        self._waited_to_give_up = False
+        tick_ns = scheduled_ns
         # Reaction latency belongs to the first cycle that plans a command; later ticks that
         # re-plan the same command (periodic mode) are not reactions to it.
         first_for_command = command is not None and command.command_id != self._last_command_id
+        if first_for_command and command is not None and command.sent_ns is not None:
+            scheduled_ns = min(scheduled_ns, command.start_ns)
+        deadline = scheduled_ns + cfg.deadline_ns
+        publish_margin = self.publish_margin.margin_ns()
+        margin = publish_margin + self.transport.margin_ns()
+        give_up = deadline - margin
+        self._waited_to_give_up = False
         rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
                           deadline_ns=deadline, started_ns=started, mode=cfg.mode,
                           command_id=command.command_id if command else None,
@@ -181,7 +200,7 @@ class PlannerLoop:
             # The older command gets no plan of its own (the newer one's follows at once); its
             # cycle is recorded as superseded, a miss, with the phases it ran.
             rec.plan_source, rec.fallback_reason = "none", "superseded"
-            self._collect_partial(rec)
+            self._collect_partial(rec, tick_ns)
             self._write(rec)
             self.cycles_run += 1
             return rec
@@ -209,11 +228,15 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
-        if self._waited_to_give_up and self.transport.measured:
-            # how far the loop itself ate into the transport margin after waking at its give-up
-            # time (wake-up, fallback); not a cycle that started late (that is queueing)
-            self.transport.add_loop_excess(published - (deadline - (margin - cfg.margin_ns)))
-        self._collect_partial(rec)
+        if self._waited_to_give_up:
+            # how late the loop itself published after waking at its give-up time (wake-up,
+            # fallback, publish call): the learned publish margin's sample; past its own
+            # margin it ate into the transport's. Not a cycle that started late (queueing).
+            if self.publish_margin.measured:
+                self.publish_margin.add(published - give_up)
+            if self.transport.measured:
+                self.transport.add_loop_excess(published - (give_up + publish_margin))
+        self._collect_partial(rec, tick_ns)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
             self._last_plan, self._last_plan_ns = plan, published
         self._write(rec)
@@ -266,14 +289,15 @@ class PlannerLoop:
             return None, "invalid_output"
         return plan, None
 
-    def _collect_partial(self, rec: CycleRecord) -> None:
+    def _collect_partial(self, rec: CycleRecord, tick_ns: int) -> None:
         """Copy the partial trace of a generation given up on into its record.
 
         Called after the plan is published, so it costs no cycle its deadline: the worker's
         engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort
         latency during a long prefill") with the trace so far (prefill chunks, tokens), later
         on a loaded machine where the niced worker waits for a core. Waits at most
-        :attr:`partial_trace_wait_ns` (and in periodic mode not past the next tick); a worker
+        :attr:`partial_trace_wait_ns` (and in periodic mode not past the tick after
+        ``tick_ns``, this cycle's); a worker
         that does not answer by then is the next cycle's to wait for, and the record keeps what
         it has.
         """
@@ -282,7 +306,7 @@ class PlannerLoop:
         self._partial_pending = False
         until = self.clock() + self.partial_trace_wait_ns
         if self.config.mode == "periodic":
-            until = min(until, rec.scheduled_ns + self.config.period_ns)
+            until = min(until, tick_ns + self.config.period_ns)
         trace = self.runner.collect_aborted(until)
         if trace is not None:
             self._copy_trace(rec, clip_trace(trace, self._given_up_ns))
@@ -362,7 +386,9 @@ class PlannerLoop:
                    should_stop: Callable[[], bool] | None = None) -> int:
         """Event mode: each command starts a cycle at its arrival (commands in arrival order).
 
-        A command whose deadline passed before the loop was free is recorded as a skipped miss.
+        A command whose deadline passed while it waited for the loop is recorded as a skipped
+        miss. One already past its deadline when it arrived (a stamp older than the deadline)
+        keeps its lateness: it is answered at once (the fallback) and recorded as missed.
         With ``on_new_command: preempt``, a command that arrives while the model works on the
         previous one aborts that generation (the previous command is recorded as superseded):
         for a list of commands the loop sees the next arrival time itself; a live source (an
@@ -381,7 +407,8 @@ class PlannerLoop:
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
-            if self.clock() >= command.start_ns + self.config.deadline_ns:
+            expires_ns = command.start_ns + self.config.deadline_ns
+            if command.arrival_ns < expires_ns <= self.clock():
                 self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
                               arrival_ns=command.arrival_ns)
             else:

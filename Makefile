@@ -25,6 +25,40 @@ BASE_REQS := -r requirements/base.txt
 LLAMA_INSTALL := true
 endif
 
+# llama-cpp-python compiles llama.cpp on install, by default with -march=native, and pip caches
+# the wheel: one built on this CPU and reused on another can stop with an illegal instruction, and
+# a native build on a CPU with AMX carries llama.cpp's AMX path (which segfaults in decode). So the
+# wheel is built once per variant into a cache of the project's own, never pip's (--no-cache-dir),
+# and every venv installs it from there (--find-links: pip takes a wheel over the sdist):
+#   LLAMA_CPU=portable (default)  x86-64-v3 (AVX2, FMA, F16C, BMI2: every x86-64 CPU since 2013
+#                                 or so) or generic armv8 on aarch64; no AMX kernels
+#   LLAMA_CPU=native              -march=native, kept apart per CPU (a digest of its flags)
+# docs/BENCHMARKS.md, "The portable build", measures what the portable build costs here.
+LLAMA_CPU ?= portable
+LLAMA_VERSION := 0.3.36
+ARCH := $(shell uname -m)
+ifeq ($(LLAMA_CPU),native)
+LLAMA_CMAKE := -DGGML_NATIVE=ON
+LLAMA_VARIANT := native-$(shell grep -m1 -E '^(flags|Features)' /proc/cpuinfo | sha256sum | cut -c1-12)
+else ifeq ($(ARCH),x86_64)
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_VARIANT := x86-64-v3
+else
+LLAMA_CMAKE := -DGGML_NATIVE=OFF
+LLAMA_VARIANT := $(ARCH)-generic
+endif
+LLAMA_WHEELS ?= $(HOME)/.cache/robot_latency/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_VARIANT)
+LLAMA_WHEEL_STAMP := $(LLAMA_WHEELS)/.built-$(shell $(PYTHON) -c "import sys; \
+	print(f'cp{sys.version_info[0]}{sys.version_info[1]}')" 2>/dev/null)
+ifeq ($(JETSON),yes)
+LLAMA_FROM :=
+LLAMA_WHEEL_DEP :=
+else
+LLAMA_FROM := --find-links $(LLAMA_WHEELS)
+LLAMA_WHEEL_DEP := $(LLAMA_WHEEL_STAMP)
+endif
+
 # A sourced ROS 2 install (e.g. Humble from apt on a Jetson) already provides rclpy: then the
 # venv sees the system packages and the ROS pip wheels (x86-64, CPython 3.11 only) are skipped.
 SYSTEM_RCLPY := $(shell $(PYTHON) -c "import rclpy" >/dev/null 2>&1 && echo yes)
@@ -57,7 +91,7 @@ COMPAT_IGNORE ?= --ignore=test/engines/test_openai_server.py
 # Python 3.10 is the oldest the project supports (JetPack 6): vermin checks every file for it.
 VERMIN := $(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.10-
 
-.PHONY: help install demo test lint bench clean compat jetson-resolve jazzy
+.PHONY: help install demo test lint bench clean compat jetson-resolve jazzy llama-wheel
 
 help:
 	@echo "make demo   run the main job on the bundled defaults (creates .venv on first use)"
@@ -67,10 +101,30 @@ help:
 	@echo "make jazzy  the ROS tests (launch included) against ROS 2 Jazzy's rclpy wheels"
 	@echo "make clean  remove .venv and build outputs"
 
-$(STAMP): $(REQS)
+# A venv made before (or with another LLAMA_CPU) keeps whatever llama-cpp-python it has unless
+# told: put this variant's wheel in place (seconds; nothing is compiled).
+ifeq ($(JETSON),yes)
+llama_from_wheels = true
+else
+llama_from_wheels = $(1) install --quiet --no-deps --no-index --force-reinstall \
+	--find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+endif
+
+# The llama-cpp-python wheel for this variant (above), built once.
+$(LLAMA_WHEEL_STAMP):
+	@echo "building llama-cpp-python $(LLAMA_VERSION) ($(LLAMA_VARIANT)) into $(LLAMA_WHEELS), ~5-8 min"
+	@mkdir -p $(LLAMA_WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(PYTHON) -m pip wheel --quiet --no-deps --no-cache-dir \
+		--wheel-dir $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	@touch $@
+
+llama-wheel: $(LLAMA_WHEEL_STAMP)
+
+$(STAMP): $(REQS) $(LLAMA_WHEEL_DEP)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	@echo "installing dependencies into $(VENV) (llama-cpp-python compiles on first install, ~5 min)"
-	$(PIP) install --quiet $(BASE_REQS) -r requirements/test.txt $(ROS_REQS)
+	@echo "installing dependencies into $(VENV)"
+	$(PIP) install --quiet $(LLAMA_FROM) $(BASE_REQS) -r requirements/test.txt $(ROS_REQS)
+	$(call llama_from_wheels,$(PIP))
 	$(LLAMA_INSTALL)
 	$(PIP) install --quiet --no-deps -e .
 	@touch $(STAMP)
@@ -78,8 +132,8 @@ $(STAMP): $(REQS)
 install: $(STAMP)
 
 # The main job: the inflated planner at three quant levels, replayed through the ROS 2 node.
+# A previous runs/demo is moved aside to runs/demo.<its time> by the command, never deleted.
 demo: $(STAMP)
-	rm -rf runs/demo
 	$(VENV)/bin/robot-latency demo --out runs/demo
 
 test: $(STAMP)
@@ -89,10 +143,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check robot_latency test bench setup.py launch
 	$(VERMIN) robot_latency test bench setup.py launch .ci
 
-$(COMPAT_STAMP): requirements/compat.txt setup.py
+$(COMPAT_STAMP): requirements/compat.txt setup.py $(LLAMA_WHEEL_DEP)
 	@test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_PY) -m pip install --quiet pip==22.0.2 setuptools==59.6.0
-	$(COMPAT_PY) -m pip install --quiet -r requirements/compat.txt
+	$(COMPAT_PY) -m pip install --quiet $(LLAMA_FROM) -r requirements/compat.txt
+	$(call llama_from_wheels,$(COMPAT_PY) -m pip)
 	$(COMPAT_PY) -m pip install --quiet --no-deps -e .
 	@touch $(COMPAT_STAMP)
 
@@ -110,9 +165,12 @@ compat: $(COMPAT_STAMP) jetson-resolve
 jetson-resolve: $(STAMP)
 	$(PY) .ci/jetson_resolve.py requirements/jetson.txt
 
-$(JAZZY_STAMP): requirements/base.txt requirements/ros-jazzy.txt setup.py package.xml
+$(JAZZY_STAMP): requirements/base.txt requirements/ros-jazzy.txt setup.py package.xml \
+		$(LLAMA_WHEEL_DEP)
 	@test -x $(JAZZY_PY) || $(PYTHON) -m venv $(JAZZY_VENV)
-	$(JAZZY_PY) -m pip install --quiet -r requirements/base.txt -r requirements/ros-jazzy.txt
+	$(JAZZY_PY) -m pip install --quiet $(LLAMA_FROM) -r requirements/base.txt \
+		-r requirements/ros-jazzy.txt
+	$(call llama_from_wheels,$(JAZZY_PY) -m pip)
 	$(JAZZY_PY) -m pip install --quiet --no-deps -e .
 	@touch $(JAZZY_STAMP)
 

@@ -24,6 +24,7 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
 
+from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.profiles.actions import PlanParseError
 from robot_latency.profiles.profile import load_planning
 from robot_latency.ros.client_edge import untag_command
@@ -43,8 +44,8 @@ class NaivePlanner(Node):
         self.planning = load_planning(profile or None)
         self.max_tokens = self.declare_parameter("max_tokens", 0).value \
             or self.planning.max_tokens
-        self.llm = llama_cpp.Llama(model_path=model, n_ctx=0, n_threads=n_threads,
-                                   n_threads_batch=n_threads_batch or None, verbose=False)
+        self.llm = open_llama(load_policy(), model_path=model, n_ctx=0, n_threads=n_threads,
+                              n_threads_batch=n_threads_batch or None, verbose=False)
         gbnf = self.planning.contract.grammar if use_grammar else None
         self.grammar = (llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
                         if gbnf else None)

@@ -4,8 +4,9 @@
                (openai engine over loopback), the same commands, interleaved repeats, without the
                grammar (ITL p50 ratio target <= 1.10, TTFT p50 difference <= +15 ms) and with it
                (which adds llama-cpp-python's full-vocabulary grammar pass on the server)
-    fleet      N robots on one server (robot-latency fleet's core): miss rate (Wilson 95%) and
-               ITL/TTFT p99 per N
+    fleet      N robots on one server (robot-latency fleet's core): per N, the model's plans and
+               the fallbacks (which degrade with N) beside the deadline misses (which the
+               fallback keeps near 0; Wilson 95%), and ITL/TTFT p99
     hedge      onboard-only, offboard-only and hybrid (first_valid) on the same stream while a
                fleet of --load robots loads the server: model-plan-in-time rate and late plans
                (target: hybrid >= the better of the two alone, nothing late)
@@ -155,8 +156,12 @@ def cmd_fleet(args: argparse.Namespace) -> dict[str, Any]:
     for size in doc["sizes"]:
         size.pop("run_dirs", None)
     doc.pop("plot", None)
+    # Per N at a glance: what the model planned and what fell back, beside the late plans.
+    by_n = {str(s["robots"]): {"model_plan_rate": s["model_plan_rate"],
+                               "fallback_rate": s["fallback_rate"],
+                               "deadline_miss_rate": s["miss_rate"]} for s in doc["sizes"]}
     return {"benchmark": "offboard fleet", "model": str(args.model_path),
-            "threads": args.threads, **doc}
+            "threads": args.threads, "by_robots": by_n, **doc}
 
 
 # --- hedge -------------------------------------------------------------------------------------
@@ -190,6 +195,10 @@ def _load_main(url: str, n: int, period_s: float, cpus: frozenset[int] | None, s
         t.join()
 
 
+#: How long the load robots may take to get their first answers.
+LOAD_START_TIMEOUT_S = 300.0
+
+
 class FleetLoad:
     """``n`` robots asking the server one plan each per ``period_ms`` until stopped.
 
@@ -206,6 +215,7 @@ class FleetLoad:
         self.proc = ctx.Process(target=_load_main, daemon=True,
                                 args=(url, n, period_ms / 1000, cpus, self.stop, self._done,
                                       self._busy_s))
+        self.n = n
         self.started = 0.0
         self.wall_s = 0.0
 
@@ -224,6 +234,15 @@ class FleetLoad:
 
     def __enter__(self) -> FleetLoad:
         self.proc.start()
+        # The load is on once every robot has had one answer: a measurement started before
+        # then (the spawned process still importing) would run on an idle server.
+        give_up = time.monotonic() + LOAD_START_TIMEOUT_S
+        while self.requests < self.n and self.proc.is_alive() and time.monotonic() < give_up:
+            time.sleep(0.05)
+        if self.requests < self.n:
+            self.__exit__()
+            raise RuntimeError(f"the {self.n} load robots had {self.requests} answers after "
+                               f"{LOAD_START_TIMEOUT_S:.0f} s: the load did not start")
         self.started = time.monotonic()
         return self
 

@@ -2,7 +2,9 @@
 
 Every cycle asks an engine that cannot finish in time, so every cycle falls back at the loop's
 give-up time (deadline - publish margin): the publish time then measures how precisely the loop's
-thread wakes while the engine burns CPU in its worker process. Reports, over N cycles:
+thread wakes while the engine burns CPU in its worker process. The margin is the CLI's default
+(learned from the loop's own lateness, ``--margin-ms -1``) unless ``--margin-ms`` fixes it; each
+cycle's own margin is read from its record. Reports, over N cycles:
 
     wake_late   published - give-up time (the thread's wake-up latency plus fallback + publish)
     overshoot   max(0, published - deadline)       (what the robot sees)
@@ -18,6 +20,7 @@ apart from one the loop caused. ``--baseline`` measures the machine itself: the 
 and load, but the loop's thread only sleeps to each give-up time and notes how late it woke
 (like ``cyclictest``), with no planner, worker pipe or records.
 
+    python bench/overshoot.py --cycles 10000 --period-ms 20 --deadline-ms 10   # CLI default
     python bench/overshoot.py --cycles 10000 --period-ms 20 --deadline-ms 10 --margin-ms 2 \
         --pin --rt
 """
@@ -35,10 +38,12 @@ import numpy as np
 import psutil
 from benchio import emit_result
 
+from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
+from robot_latency.planner.margin import PUBLISH_FLOOR_MS
 from robot_latency.planner.worker import ProcessRunner
 from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
@@ -85,18 +90,20 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
     # Only integers are kept per cycle (tuples of ints are not tracked by the garbage
     # collector): the product writes its records to disk, and 10,000 live CycleRecords would
     # make the bench's own full collections, not the loop, the tail.
-    records: list[tuple[int, int, int, int, bool, bool]] = []
+    records: list[tuple[int, int, int, int, bool, bool, int]] = []
     last_steal = [_steal_ns()]
 
     def sink(rec: CycleRecord) -> None:
         now = _steal_ns()
         records.append((rec.published_ns or 0, rec.deadline_ns, rec.overshoot_ns or 0,
-                        now - last_steal[0], rec.skipped, rec.plan_source == "fallback"))
+                        now - last_steal[0], rec.skipped, rec.plan_source == "fallback",
+                        rec.margin_ns or 0))
         last_steal[0] = now
 
     with ProcessRunner("sim", options, hang_timeout_ms=5000, worker_nice=budget.engine_nice,
                        worker_cpus=budget.resolved_engine_cpus(),
-                       spin_ms=budget.spin_ms) as runner:
+                       spin_ms=budget.spin_ms,
+                       nap_ms=0.0 if args.no_nap else budget.nap_ms) as runner:
         # After the worker is spawned (it resets its own scheduler anyway).
         state = apply_to_loop_thread(budget)
         loop = PlannerLoop(
@@ -111,8 +118,8 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
         loop.run_periodic(args.cycles)
         wall_s = time.perf_counter() - t0
     ran = [r for r in records if not r[4]]
-    margin_ns = round(args.margin_ms * 1e6)
-    wake = [pub - (dl - margin_ns) for pub, dl, *_ in ran]
+    wake = [pub - (dl - margin) for pub, dl, *_, margin in ran]
+    margins = [r[6] for r in ran]
     overshoot = [r[2] for r in ran]
     return {
         "cycles": len(records),
@@ -122,6 +129,8 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
         "wake_late_ms": stats_ms(wake),
         "overshoot_ms": stats_ms(overshoot),
         "overshoot": _late_split(overshoot, [r[3] for r in ran]),
+        "margin_ms": stats_ms(margins),
+        "publish_margin": loop.publish_margin.summary(),
         "loop_thread": state,
         "wall_s": wall_s,
     }
@@ -137,8 +146,9 @@ def _baseline(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
     os.setpriority(os.PRIO_PROCESS, proc.pid, budget.engine_nice)
     try:
         state = apply_to_loop_thread(budget)
+        margin_ms = args.margin_ms if args.margin_ms >= 0 else PUBLISH_FLOOR_MS
         period, offset = round(args.period_ms * 1e6), round((args.deadline_ms
-                                                             - args.margin_ms) * 1e6)
+                                                             - margin_ms) * 1e6)
         spin = 1_500_000
         late: list[int] = []
         steal: list[int] = []
@@ -160,7 +170,7 @@ def _baseline(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
         proc.kill()
     return {"cycles": args.cycles, "wake_late_ms": stats_ms(late),
             # later than the margin: the publish would have missed the deadline
-            "wake_late": _late_split(late, steal, threshold_ns=round(args.margin_ms * 1e6)),
+            "wake_late": _late_split(late, steal, threshold_ns=round(margin_ms * 1e6)),
             "loop_thread": state, "wall_s": wall_s}
 
 
@@ -169,7 +179,8 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=10000)
     ap.add_argument("--period-ms", type=float, default=20.0)
     ap.add_argument("--deadline-ms", type=float, default=10.0)
-    ap.add_argument("--margin-ms", type=float, default=2.0)
+    ap.add_argument("--margin-ms", type=float, default=CLI_PUBLISH_MARGIN_MS,
+                    help="publish margin; < 0 (the CLI's default): learned (--baseline: 2 ms)")
     ap.add_argument("--load-procs", type=int, default=0, help="extra spinning processes")
     ap.add_argument("--no-busy", action="store_true", help="engine sleeps instead of spinning")
     ap.add_argument("--worker-nice", type=int, default=5, help="niceness added to the engine")
@@ -177,6 +188,8 @@ def main() -> int:
                     help="loop_priority=50: the loop under SCHED_FIFO (needs rtprio rights)")
     ap.add_argument("--pin", action="store_true",
                     help="loop_cpus=0: the loop on CPU 0, the engine worker on the others")
+    ap.add_argument("--no-nap", action="store_true",
+                    help="unpinned: poll the last stretch without napping (the earlier wait)")
     ap.add_argument("--no-freeze", action="store_true",
                     help="do not freeze the start-up heap (gc.freeze) before the loop starts")
     ap.add_argument("--baseline", action="store_true",
@@ -198,8 +211,10 @@ def main() -> int:
     finally:
         for p in loads:
             p.kill()
-    result.update(load_procs=args.load_procs,
-                  budget=budget.to_dict(), busy_engine=not args.no_busy)
+    result.update(load_procs=args.load_procs, budget=budget.to_dict(),
+                  busy_engine=not args.no_busy,
+                  spin_ms=budget.spin_ms, nap_ms=0.0 if args.no_nap else budget.nap_ms,
+                  load_avg_1min=os.getloadavg()[0])
     return emit_result(result, args.out)
 
 

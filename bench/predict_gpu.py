@@ -114,10 +114,10 @@ def measure_child(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     import llama_cpp
     from decode_shapes import measure, results_dicts, synth_shapes
-    from llama_cpp import Llama
 
     from robot_latency.floor.calibration import DecodePoint, calibrate_points
     from robot_latency.floor.devices import DeviceSheet
+    from robot_latency.llama_load import load_policy, open_llama
 
     if not llama_cpp.llama_supports_gpu_offload():
         raise SystemExit(f"{llama_cpp.__file__}: this llama_cpp build has no GPU offload")
@@ -125,14 +125,15 @@ def measure_child(args: argparse.Namespace) -> dict[str, Any]:
         id=args.device_id, name=args.gpu_name, bandwidth_gbps=args.bandwidth_gbps,
         memory_bytes=max(1, args.memory_mib) * 2**20, fp16_tflops=None, flops_derived=False,
         cpu_cores=None, power_mode=None, source="datasheet bandwidth (bench/predict_gpu.py)")
+    policy = load_policy()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     results = []
     for quant in [q.strip() for q in args.quants.split(",") if q.strip()]:
         paths = synth_shapes(shapes, quant, args.models_dir)
         results += measure(
             paths, quant=quant, device=device, tokens=args.tokens, repeats=args.repeats,
-            load=lambda path: Llama(model_path=str(path), n_gpu_layers=-1, n_ctx=256,
-                                    n_threads=1, verbose=False))
+            load=lambda path: open_llama(policy, model_path=str(path), n_gpu_layers=-1,
+                                         n_ctx=256, n_threads=1, verbose=False))
     points = [DecodePoint(f"{r.preset}/{r.quant}", device.id, r.preset, r.floor_ms,
                           r.itl_ms_median) for r in results]
     cal = calibrate_points(points, engine_family="llamacpp-cuda", device_id=device.id,

@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
-    from llama_cpp import Llama
+    from robot_latency.llama_load import load_policy, open_llama
+
+    policy = load_policy()
 
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     paths = synth_shapes(shapes, args.quant, args.models_dir)
@@ -58,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     before = machine_state()
     results = measure(
         paths, quant=args.quant, device=device, tokens=args.tokens, repeats=args.repeats,
-        load=lambda path: Llama(model_path=str(path), n_threads=args.threads,
-                                n_threads_batch=args.threads, n_ctx=256, n_gpu_layers=0,
-                                verbose=False))
+        load=lambda path: open_llama(policy, model_path=str(path), n_threads=args.threads,
+                                     n_threads_batch=args.threads, n_ctx=256, n_gpu_layers=0,
+                                     verbose=False))
     fit_on = [s.strip() for s in args.fit_on.split(",")]
     return emit_result({
         "device": device.to_dict(),

@@ -5,6 +5,7 @@
         params_file:=$(ros2 pkg prefix robot_latency)/share/robot_latency/config/orin_nano_8gb.yaml
     ros2 launch robot_latency planner.launch.py engine:=sim target_device:=orin-agx-64gb \
         deadline_ms:=80 period_ms:=100
+    ros2 launch robot_latency planner.launch.py mode:=event     # a cycle per arriving command
 
     ros2 launch robot_latency planner.launch.py managed:=true      # configured and activated
     ros2 launch robot_latency planner.launch.py managed:=true autostart:=false   # then, or by a
@@ -43,6 +44,8 @@ PLANNER_PARAMETERS = {
     "target_device": "target device datasheet (auto: the detected Jetson)",
     "deadline_ms": "deadline per cycle (ms)",
     "period_ms": "planner period (ms)",
+    "mode": "periodic (a timer at period_ms; the deadline counts from the tick) or event (each "
+            "arriving command starts a cycle; the deadline counts from its arrival)",
     "log_dir": "run directory (default ~/.ros/robot_latency/<timestamp>-<pid>)",
     "on_new_command": "event mode: queue (a newer command waits) or preempt (it aborts the "
                       "older generation; the older is recorded as superseded)",

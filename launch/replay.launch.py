@@ -2,6 +2,7 @@
 
     ros2 launch robot_latency replay.launch.py bag:=/data/operator_session engine:=sim \
         target_device:=orin-nano-8gb
+    ros2 launch robot_latency replay.launch.py bag:=/data/operator_session mode:=event
 
 The bag replayer publishes the stream's commands on /planner/command at the recorded pace
 (times ``speed``); when it has finished, the launch shuts down and the planner closes its run
@@ -30,7 +31,7 @@ PLANNER_LAUNCH = "planner.launch.py"
 
 # Arguments passed through to planner.launch.py unchanged.
 PLANNER_ARGUMENTS = ("engine", "model", "planner_profile", "quant", "draft_model",
-                     "device_profile", "deadline_ms", "period_ms", "log_dir", "params_file",
+                     "device_profile", "deadline_ms", "period_ms", "mode", "log_dir", "params_file",
                      "managed", "autostart", "on_new_command", "server_url", "server_model",
                      "server_api", "hybrid_policy", "target_device")
 

@@ -7,7 +7,8 @@ holds exactly (integer arithmetic, no float rounding). The ``*_ms`` views are fo
 Timeline of one cycle::
 
     scheduled_ns   the cycle's scheduled start (the tick, or the command's arrival in event
-                   mode): latency counts from here, so a late loop cannot hide its lateness
+                   mode; a stamped command's send for its first cycle, in both modes):
+                   latency counts from here, so a late loop cannot hide its lateness
     started_ns     the loop began work on it (queue wait = started - scheduled)
     token_ns[i]    the i-th generated token was available (TTFT = token_ns[0] - scheduled)
     published_ns   the plan (model or fallback) was published
@@ -86,8 +87,8 @@ class CycleRecord:
     when even that misses, else None). Queue wait and publish are not part of it.
 
     ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
-    clock (a tagged command from the client edge): in event mode the cycle's ``scheduled_ns``
-    (and so its deadline) is then that send, not ``command_arrival_ns``.
+    clock (a tagged command from the client edge): the first cycle's ``scheduled_ns`` (and so
+    its deadline) is then that send, not ``command_arrival_ns`` nor the tick (periodic mode).
     """
 
     run_id: str

@@ -42,12 +42,23 @@ def test_fleet_smoke(tmp_path: Path) -> None:
     doc = _bench(tmp_path, "fleet", "--robots", "1,2", "--max-commands", "2")
     assert [s["robots"] for s in doc["sizes"]] == [1, 2]
     assert all(s["cycles"] > 0 and s["miss_rate_ci95"] for s in doc["sizes"])
+    for s in doc["sizes"]:
+        # the model's plans and the fallbacks per N, beside the misses: every cycle is one
+        none = s["cycles"] - s["model_plans"] - s["fallback_plans"]
+        assert 0 <= none <= sum(s["fallbacks"].values())
+        assert s["model_plan_rate"] == s["model_plans"] / s["cycles"]
+        assert s["fallback_rate"] == s["fallback_plans"] / s["cycles"]
+        assert doc["by_robots"][str(s["robots"])]["model_plan_rate"] == s["model_plan_rate"]
 
 
 def test_hedge_smoke(tmp_path: Path) -> None:
     doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2")
     assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard", "hybrid"}
-    assert doc["load"]["requests"] >= 0 and len(doc["repeats"]) == 1
+    # The load ran through every measured run: its one robot was answered before the first run
+    # started (FleetLoad waits for that), so the server was busy all along.
+    load = doc["load"]
+    assert load["requests"] >= 1 and load["mean_request_ms"] > 0 and load["wall_s"] > 0
+    assert len(doc["repeats"]) == 1
     if len(os.sched_getaffinity(0)) >= 2:  # the server stands for another machine
         assert doc["server_cpus"] and doc["robot_cpus"]
         assert not set(doc["server_cpus"]) & set(doc["robot_cpus"])

@@ -43,10 +43,11 @@ def _run(tmp_path: Path, script: str, *args: str, ok: bool = True) -> Any:
 
 
 def test_every_bench_script_has_a_smoke_run() -> None:
-    covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py",
+    covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py", "cpu_build.py",
                "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
                "predict_host.py", "profiles.py", "rule_planner.py", "soak.py",
-               "offboard.py"}  # offboard.py: test/test_bench_offboard.py
+               "offboard.py",  # offboard.py: test/test_bench_offboard.py
+               "predict_validate.py"}  # test/test_bench_predict_validate.py
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -79,6 +80,16 @@ def test_engine(tmp_path: Path, what: str) -> None:
     assert len(doc) > 1
 
 
+def test_cpu_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    doc = _run(tmp_path, "cpu_build.py", "--model", "planner", "--quants", "Q8_0",
+               "--repeats", "1", "--gens", "1", "--threads", "1")
+    on, off = doc["cells"]["Q8_0/venv/on"], doc["cells"]["Q8_0/venv/off"]
+    assert on["use_extra_bufts"] is True and off["use_extra_bufts"] is False
+    assert on["n_repeats"] == off["n_repeats"] == 1 and on["itl_n"] > 0
+    assert "CPU :" in on["system_info"] and "Q8_0/venv off/on" in doc["ratios"]
+
+
 def test_onnx_engine(tmp_path: Path) -> None:
     import onnxruntime  # noqa: F401  (a hard requirement: base.txt; missing, this fails)
     doc = _run(tmp_path, "onnx_engine.py", "--random-dim", "64", "--random-layers", "1",
@@ -89,7 +100,10 @@ def test_onnx_engine(tmp_path: Path) -> None:
 def test_overshoot(tmp_path: Path) -> None:
     doc = _run(tmp_path, "overshoot.py", "--cycles", "20", "--period-ms", "20",
                "--deadline-ms", "10")
-    assert len(doc) > 1
+    assert doc["cycles"] == 20 and doc["fallbacks"] + doc["skipped"] == 20
+    # the CLI's default: the publish margin learned from the loop's own lateness
+    assert doc["publish_margin"]["publish_margin"] == "learned"
+    assert doc["publish_margin"]["wake_samples"] > 0 and doc["margin_ms"]["n"] > 0
 
 
 def test_predict_gpu_refuses_a_build_without_gpu_offload(tmp_path: Path) -> None:

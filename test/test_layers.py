@@ -27,7 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stats",),                            # percentiles, Wilson interval, run summary
     ("floor",),                            # predictions and device/model facts
     ("records",),                          # the cycle record (floor calibrates from records)
-    ("clock", "digest", "progress", "rosenv", "hostfacts"),  # clock, digest, progress bars,
+    ("clock", "digest", "progress", "rosenv", "hostfacts", "llama_load"),  # clock, digest,
+                                           # progress bars, llama.cpp load settings,
                                            # ROS facts, host facts
     ("errors", "__init__"),                # the error base; the package's version
 )

@@ -27,6 +27,7 @@ from robot_latency.cli import (
     streams,
     sweep,
 )
+from robot_latency.cli.common import check_quant_flags
 from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
@@ -48,15 +49,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace
+                    ) -> argparse.ArgumentParser:
+    """Return the parser of the (innermost) subcommand ``args`` ran, e.g. ``floor model``'s."""
+    current = parser
+    while True:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return current
+        chosen = getattr(args, subs[0].dest, None)
+        if chosen not in subs[0].choices:
+            return current
+        current = subs[0].choices[chosen]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse reports a subcommand's unknown flag with the top-level usage; a misspelled
+        # ``run`` flag deserves ``run``'s usage (exit status 2, as argparse's own errors). One
+        # before the command's name is the top level's own.
+        before = argv[:argv.index(args.command)] if args.command in argv else []
+        where = parser if any(u in before for u in unknown) else _command_parser(parser, args)
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     # llama.cpp's own log lines go to the robot_latency.llama_cpp logger at debug level:
     # shown with --verbose, silent otherwise (the engine worker routes its own the same way).
     route_llama_log()
     try:
+        check_quant_flags(args)
         return int(args.func(args))
     except RobotLatencyError as err:
         sys.stderr.write(f"robot-latency {args.command}: error: {err}\n")

@@ -8,12 +8,23 @@ import sys
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.models.ladder_manifest import VALID_QUANTS, LadderError, normalize_quant
 from robot_latency.planner.budget import parse_cpu_list
 from robot_latency.report.table import markdown_table as render_table
 
 __all__ = [
-    "UsageError", "count_arg", "cpu_list_arg", "echo", "emit_json", "fmt_bytes", "nonneg_int",
-    "positive_int", "render_table", "split_list",
+    "UsageError",
+    "check_quant_flags",
+    "count_arg",
+    "cpu_list_arg",
+    "echo",
+    "emit_json",
+    "fmt_bytes",
+    "nonneg_int",
+    "positive_int",
+    "quant_level",
+    "render_table",
+    "split_list",
 ]
 
 
@@ -83,3 +94,41 @@ def count_arg(text: str) -> int:
     if not value >= 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return round(value)
+
+
+#: Every flag that names quant levels, by its argparse destination: one level, or a
+#: comma-separated list of them.
+QUANT_FLAGS = {"quant": "--quant", "draft_quant": "--draft-quant", "quants": "--quants",
+               "inflated_quants": "--inflated-quants"}
+
+
+def quant_level(text: str, *, flag: str = "--quant") -> str:
+    """Return a quant level's canonical name (``q4_k_m`` -> ``Q4_K_M``), checked by the one
+    function the ladder uses (:func:`~robot_latency.models.ladder_manifest.normalize_quant`).
+
+    Raises:
+        UsageError: not a level (``Q4_K`` is a ggml type, not a level); names the flag.
+    """
+    try:
+        return normalize_quant(text)
+    except LadderError:
+        raise UsageError(f"{flag}: unknown level {text!r}; valid: "
+                         f"{', '.join(VALID_QUANTS)}") from None
+
+
+def check_quant_flags(args: argparse.Namespace) -> None:
+    """Check and make canonical every quant flag a command has (:data:`QUANT_FLAGS`), so every
+    command accepts and refuses the same names, before it does anything.
+
+    Raises:
+        UsageError: an unknown level; names the flag. (An empty list is the command's to
+            judge: some take it as "none".)
+    """
+    for dest, flag in QUANT_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if dest in ("quant", "draft_quant"):
+            setattr(args, dest, quant_level(value, flag=flag))
+            continue
+        setattr(args, dest, ",".join(quant_level(q, flag=flag) for q in split_list(value)))

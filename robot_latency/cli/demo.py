@@ -1,27 +1,86 @@
-"""``demo``: the main job (see :mod:`robot_latency.demo_job`)."""
+"""``demo``: the main job (see :mod:`robot_latency.demo_job`).
+
+A previous run in ``--out`` is never deleted: it is moved aside first, to ``OUT.<its time>``
+(``runs/demo.20261201T2133``: when it was last written, local time), so ``make demo`` twice
+keeps both.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, nonneg_int, split_list
 from robot_latency.demo_job import MainJob, main_job
+from robot_latency.hostcheck.load import HostLoad, LoadWatch
 from robot_latency.planner.config import ON_NEW_COMMAND
 
 _D = MainJob()  # the defaults, written once
+
+
+def move_aside(out: Path) -> Path | None:
+    """Move a previous run out of the way; return where it went (None: nothing to move).
+
+    The new name is ``<out>.<YYYYmmddTHHMM>``, the time the directory was last written (local
+    time), with ``-1``, ``-2``... when two runs fall in the same minute. An empty directory is
+    left where it is.
+
+    Raises:
+        UsageError: ``out`` is not a directory, or cannot be renamed (names both paths).
+    """
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    if not any(out.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M", time.localtime(out.stat().st_mtime))
+    target = out.with_name(f"{out.name}.{stamp}")
+    n = 0
+    while target.exists():
+        n += 1
+        target = out.with_name(f"{out.name}.{stamp}-{n}")
+    try:
+        out.rename(target)
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot move the previous run to {target}: "
+                         f"{err.strerror or err}") from err
+    return target
+
+
+def note_host_load(load: HostLoad, out: Path, report: Path) -> None:
+    """Keep the host's load over the demo in ``OUT/host_load.json``; when the host was
+    overloaded, say so and write the report again, opening with the warning."""
+    load.write(out)
+    if not load.warning:
+        return
+    echo(f"\nWARNING: {load.warning}")
+    from robot_latency.report.markdown import write_report
+
+    runs = json.loads((out / "demo.json").read_text())["runs"]
+    write_report(runs, report.parent)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     quants = tuple(split_list(args.quants))
     if not quants:
         raise UsageError("--quants needs at least one level")
-    main_job(MainJob(out_dir=Path(args.out), quants=quants, inflate=args.inflate,
-                     stream=Path(args.stream) if args.stream else None, speed=args.speed,
-                     mode=args.mode, deadline_ms=args.deadline_ms, period_ms=args.period_ms,
-                     device=args.device, n_threads=args.n_threads,
-                     context_tokens=args.context, profile=args.profile or "",
-                     on_new_command=args.on_new_command, send_via=args.send_via), echo)
+    out = Path(args.out)
+    kept = move_aside(out)
+    if kept is not None:
+        echo(f"the previous run in {out} is kept as {kept}")
+    watch = LoadWatch().start()
+    report = main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
+                              stream=Path(args.stream) if args.stream else None,
+                              speed=args.speed, mode=args.mode, deadline_ms=args.deadline_ms,
+                              period_ms=args.period_ms, device=args.device,
+                              n_threads=args.n_threads, context_tokens=args.context,
+                              profile=args.profile or "",
+                              on_new_command=args.on_new_command,
+                              send_via=args.send_via), echo)
+    note_host_load(watch.stop(), out, report)
     return 0
 
 
@@ -34,7 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "bundled command stream through the planner_node and bag_replayer "
                     "processes over ROS 2 for each level, then prints the comparison and "
                     "writes the report with plots.")
-    p.add_argument("--out", default=str(_D.out_dir))
+    p.add_argument("--out", default=str(_D.out_dir),
+                   help="run directory (default %(default)s); a previous run there is moved "
+                        "aside to OUT.<its time>, never deleted")
     p.add_argument("--quants", default=",".join(_D.quants))
     p.add_argument("--inflate", default=_D.inflate, help="preset shape to inflate into")
     p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")

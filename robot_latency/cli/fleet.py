@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
 from robot_latency.engines.openai_config import SERVER_APIS
@@ -21,6 +22,29 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not sizes or any(n < 1 for n in sizes):
         raise UsageError(f"--robots {text!r}: every fleet size must be >= 1")
     return sizes
+
+
+#: The fleet table's columns: the model's plans and the fallbacks beside the deadline misses
+#: (the fallback keeps those near 0; the model's share is what degrades with N).
+FLEET_HEADER = ["robots", "cycles", "model plans", "fallbacks", "deadline miss", "95% CI",
+                "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "queue p50", "queue p99"]
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f}%"
+
+
+def fleet_rows(sizes: list[dict[str, Any]]) -> list[list[str]]:
+    """Return the fleet table's rows (:data:`FLEET_HEADER`) from fleet.json's ``sizes``."""
+    rows = []
+    for s in sizes:
+        rows.append([str(s["robots"]), str(s["cycles"]),
+                     f"{s['model_plans']} ({pct(s['model_plan_rate'])})",
+                     f"{s['fallback_plans']} ({pct(s['fallback_rate'])})",
+                     pct(s["miss_rate"]), _ci(s["miss_rate_ci95"])]
+                    + [fmt(s[k][q], ".1f")
+                       for k in ("ttft_ms", "itl_ms", "queue_ms") for q in ("p50", "p99")])
+    return rows
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -53,16 +77,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    rows = []
-    for s in doc["sizes"]:
-        ci = s["miss_rate_ci95"]
-        rows.append([str(s["robots"]), str(s["cycles"]),
-                     pct(s["miss_rate"]),
-                     "-" if ci is None else f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f}%"]
-                    + [fmt(s[k][q], ".1f")
-                       for k in ("ttft_ms", "itl_ms", "queue_ms") for q in ("p50", "p99")])
-    echo(render_table(["robots", "cycles", "miss", "95% CI", "TTFT p50", "TTFT p99",
-                       "ITL p50", "ITL p99", "queue p50", "queue p99"], rows))
+    echo(render_table(FLEET_HEADER, fleet_rows(doc["sizes"])))
     echo(f"\nfleet.json, fleet.png and one run directory per robot in {out}")
     return 0
 

@@ -21,6 +21,11 @@ from robot_latency.floor.published import (
     nearest_rows,
     validate_table,
 )
+from robot_latency.floor.published_checks import (
+    device_stability,
+    leave_one_source_out,
+    validate_prefill,
+)
 from robot_latency.floor.runs import calibrate_runs
 from robot_latency.floor.target import (
     adjust_for_model,
@@ -75,10 +80,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     echo(f"  ITL floor      {pred.itl_floor_ms:8.2f} ms/token  (bytes per step / bandwidth)")
     echo(f"  efficiency     {pred.efficiency:8.3f}   overhead {pred.overhead_ms:.2f} ms/step")
     if pred.ttft_pred_ms is not None:
-        echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms  ({pred.prompt_tokens} prompt tokens; "
-             f"prefill {pred.calibration['prefill']})")
+        span_t = ("" if pred.ttft_pred_interval_ms is None else
+                  f"  [{pred.ttft_pred_interval_ms[0]:.1f}, {pred.ttft_pred_interval_ms[1]:.1f}]"
+                  f" {100 * INTERVAL_COVERAGE:.0f}% interval")
+        echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms{span_t}  ({pred.prompt_tokens} "
+             f"prompt tokens; floor {pred.ttft_floor_ms:.2f} ms)")
+    echo(f"  prefill        {pred.prefill_status}")
     echo(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
-    for note in (*model_notes, *cal.notes):
+    if cal.sources or cal.set_aside:
+        echo(f"  rests on       {'; '.join(cal.sources) or '-'}")
+        echo(f"  set aside      {'; '.join(cal.set_aside) or 'none'}")
+    for note in (*model_notes, *cal.notes, *cal.prefill_notes):
         echo(f"  note: {note}")
     if near:
         where = "this device" if near[0].device == device.id else "other devices (none here)"
@@ -92,7 +104,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    result = validate_table(load_table(args.table) if args.table else None)
+    rows = load_table(args.table) if args.table else None
+    result = validate_table(rows)
+    result["leave_one_source_out"] = leave_one_source_out(rows)
+    result["device_stability"] = device_stability(rows=rows)
+    result["prefill"] = validate_prefill()
     if args.json:
         emit_json(result)
         return 0
@@ -122,7 +138,43 @@ def _validate(args: argparse.Namespace) -> int:
          f"predicted ({result['not_predicted']} not), {result['sources']} sources; "
          f"median |error| {100 * med:.1f}%, max {100 * mx:.1f}%" if med is not None else
          "\nno row could be predicted")
+    _validate_sources(result)
     return 0
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _validate_sources(result: dict[str, Any]) -> None:
+    """Print leave-one-model-out, leave-one-source-out, the source flags, device stability and
+    the prefill table's validation beside the leave-one-out summary."""
+    loso = result["leave_one_source_out"]
+    echo("\nleave-one-out / leave-one-model-out / leave-one-source-out (median |error|):")
+    for family, f in result["by_family"].items():
+        if f["predicted"]:
+            echo(f"{family:>14}: {_pct(f['median_abs_error'])} / "
+                 f"{_pct(f['new_model_median_abs_error'])} / "
+                 f"{_pct(loso['by_family'].get(family, {}).get('median_abs_error'))}")
+    for family, checks in loso["source_checks"].items():
+        for c in checks:
+            if c["flagged"]:
+                echo(f"flagged ({family}): {c['source']}: {c['reason']}")
+    stab = result["device_stability"]
+    worst = stab["max_ratio"]
+    echo(f"{stab['engine_family']}: largest move of a device's answer when one source is "
+         f"dropped: x{worst:.2f}" if worst else "no device answer to check")
+    for device, d in stab["devices"].items():
+        echo(f"  {device:26} x{d['max_ratio']:.2f}")
+    pf = result["prefill"]
+    echo(f"\nprefill: {pf['total_rows']} rows from {len(pf['sources'])} sources on "
+         f"{len(pf['devices'])} devices, each predicted from a fit without it")
+    for family, f in pf["by_family"].items():
+        cov = "-" if f["coverage_80"] is None else f"{f['inside_80']}/{f['predicted']}"
+        echo(f"{family:>14}: {f['predicted']} predicted, median |error| "
+             f"{_pct(f['median_abs_error'])}, max {_pct(f['max_abs_error'])}, inside 80% "
+             f"{cov}; leave-one-model-out {_pct(f['new_model_median_abs_error'])}, "
+             f"leave-one-source-out {_pct(f['new_source_median_abs_error'])}")
 
 
 def _model_and_quant(model: str, quant: str | None) -> tuple[str, str | None]:
@@ -201,7 +253,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also predict the TTFT of this prompt length")
     p.add_argument("--calibration", default=None, help="calibration file from 'calibrate'")
     p.add_argument("--validate", action="store_true",
-                   help="leave-one-out over the published table")
+                   help="leave-one-out, leave-one-model-out and leave-one-source-out over the "
+                        "published decode table, and leave-one-out over the prefill table")
     p.add_argument("--table", default=None, help="with --validate: another table file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)

@@ -24,7 +24,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from robot_latency.report.compare import compare_runs, to_markdown
-    from robot_latency.report.markdown import write_report
+    from robot_latency.report.markdown import host_load_warning, write_report
 
     out = Path(args.out) if args.out else Path(args.runs[0]).parent / "report"
     # "report runs/ladder/*/ --out runs/ladder/report" run a second time: the glob now holds
@@ -37,6 +37,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.runs = runs
     report = write_report(args.runs, out, reference=args.reference)
     echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
+    for run in args.runs:
+        warning = host_load_warning(run)
+        if warning:
+            echo(f"\nWARNING: {run}: {warning}")
     echo(f"\nreport: {report}")
     if args.trace:
         from robot_latency.report.trace import write_trace

@@ -18,6 +18,7 @@ from robot_latency.cli.common import (
     render_table,
 )
 from robot_latency.engines.openai_config import SERVER_APIS
+from robot_latency.hostcheck.load import HostLoad, LoadWatch
 from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import (
@@ -78,6 +79,9 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
     thin = [w.split(":")[0] for w in summary["warnings"] if "p99 from only" in w]
     if thin:
         echo(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")
+    warning = (summary.get("host_load") or {}).get("warning")
+    if warning:
+        echo(f"WARNING: {warning}")
 
 
 def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engine: str,
@@ -144,18 +148,73 @@ def check_server_at_start(engine: str, server_url: str) -> None:
     check_server(server_url)
 
 
+def add_host_load(summary: dict[str, Any], load: HostLoad, run_dir: Path) -> None:
+    """Keep the run's host load beside its summary: ``host_load.json``, and ``host_load`` (with
+    the overload warning among ``warnings``, when there is one) in the summary and
+    ``summary.json``."""
+    import json
+
+    from robot_latency.stats import write_summary
+
+    load.write(run_dir)
+    summary["host_load"] = load.to_dict()
+    if load.warning:
+        summary["warnings"] = [*summary.get("warnings", []), load.warning]
+    path = run_dir / "summary.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        saved["host_load"], saved["warnings"] = summary["host_load"], summary["warnings"]
+        write_summary(saved, path)
+
+
+def first_missing(path: Path) -> Path | None:
+    """Return the outermost directory of ``path`` that does not exist yet (None: it exists)."""
+    if path.exists():
+        return None
+    top = path
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    return top
+
+
+def _recorded(out: Path) -> bool:
+    """Whether the run directory holds a cycle record (a failed start leaves none)."""
+    log = out / "cycles.jsonl"
+    return log.is_file() and log.stat().st_size > 0
+
+
+def remove_failed_start(created: Path | None, run_dir: Path) -> None:
+    """Remove what a failed start created (``created``: the outermost directory the run made,
+    :func:`first_missing`), unless the run recorded a cycle. A directory that existed before
+    is the user's and stays."""
+    import shutil
+
+    if created is not None and created.exists() and not _recorded(run_dir):
+        shutil.rmtree(created, ignore_errors=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
 
     stream = read_stream_arg(args)
     out = Path(args.out)
-    check_server_at_start(args.engine, args.server_url)
-    config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
-                         device=args.device, deadline_ms=args.deadline_ms,
-                         period_ms=args.period_ms, label=args.label)
-    # A bar of cycles and misses while it runs, drawn only on a terminal.
-    summary = run_replay(config, stream, speed=args.speed, asap=args.asap, handle_signals=True,
-                         progress=True)
+    created = first_missing(out)
+    try:
+        check_server_at_start(args.engine, args.server_url)
+        config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
+                                      device=args.device, deadline_ms=args.deadline_ms,
+                                      period_ms=args.period_ms, label=args.label)
+        # A bar of cycles and misses while it runs, drawn only on a terminal; the host's load
+        # over the run is measured beside it (host_load.json, a warning when overloaded).
+        watch = LoadWatch().start()
+        summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
+                             handle_signals=True, progress=True)
+        add_host_load(summary, watch.stop(), out)
+    except BaseException:
+        # A failed start (a file that is no GGUF, an engine that cannot load) leaves no empty
+        # run directory behind; a run that recorded a cycle keeps everything it wrote.
+        remove_failed_start(created, out)
+        raise
     if args.json:
         emit_json(summary)
     else:
@@ -169,6 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 _PC = RunSettings()  # the defaults, written once
+#: ``run`` and ``sweep`` learn their publish margin (no middleware's margin to carry it, unlike
+#: the node's transport margin): a fixed 2 ms left 1.6% of the cycles late unpinned.
+CLI_PUBLISH_MARGIN_MS = -1.0
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -223,7 +285,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "0: normal scheduler (default)")
     p.add_argument("--deadline-ms", type=float, default=_PC.deadline_ms)
     p.add_argument("--period-ms", type=float, default=_PC.period_ms)
-    p.add_argument("--publish-margin-ms", type=float, default=_PC.publish_margin_ms)
+    p.add_argument("--publish-margin-ms", type=float, default=CLI_PUBLISH_MARGIN_MS,
+                   help="time kept before the deadline for the fallback and the publish; "
+                        "< 0 (default): learned from the loop's own lateness at its give-up "
+                        "time (recorded in manifest.json)")
     p.add_argument("--mode", default=_PC.mode, choices=MODES)
     p.add_argument("--max-tokens", type=nonneg_int, default=_PC.max_tokens,
                    help="most tokens per cycle (default 0: the profile's)")

@@ -1,4 +1,5 @@
-"""``streams``: write command streams, rosbag2 bags of operator commands with an arrival process."""
+"""``streams``: write command streams, rosbag2 bags of operator commands with an arrival process
+or from a recorded JSONL stream."""
 
 from __future__ import annotations
 
@@ -8,8 +9,32 @@ from pathlib import Path
 from robot_latency.cli.common import UsageError, echo, positive_int
 
 
+def _from_jsonl(args: argparse.Namespace) -> int:
+    """Write the JSONL stream of --from as a rosbag2 bag in --out."""
+    from robot_latency.streams.convert import jsonl_to_bag
+
+    if args.shipped or args.process is not None:
+        raise UsageError("--from converts a recorded stream: give it without --shipped or "
+                         "--process")
+    src = Path(args.from_jsonl)
+    if src.suffix.lower() != ".jsonl":
+        raise UsageError(f"--from {src}: expected a .jsonl command stream")
+    done = jsonl_to_bag(src, Path(args.out), topic=args.topic, storage=args.storage,
+                        state_topic=args.state_topic,
+                        on_bad_line="skip" if args.skip_bad_lines else "error")
+    stream = done.stream
+    span_s = stream.commands[-1].t_ns / 1e9 if stream.commands else 0.0
+    echo(f"wrote {done.bag}: {len(stream.commands)} commands over {span_s:.1f} s on "
+         f"{done.topic}" + (f", robot state on {done.state_topic}" if done.state_topic else "")
+         + (f"; skipped bad lines {list(stream.skipped_lines)}" if stream.skipped_lines else ""))
+    return 0
+
+
 def cmd_streams_make(args: argparse.Namespace) -> int:
-    """Write one stream (or, with --shipped, the streams the project ships) from the corpus."""
+    """Write one stream (or, with --shipped, the streams the project ships) from the corpus,
+    or (--from) a recorded JSONL stream as a bag."""
+    if args.from_jsonl is not None:
+        return _from_jsonl(args)
     from robot_latency.models.corpus import CorpusConfig, generate_corpus
     from robot_latency.streams import SHIPPED_STREAMS, make_shipped_streams, make_stream_file
     from robot_latency.streams.shipped import pick_texts
@@ -25,7 +50,8 @@ def cmd_streams_make(args: argparse.Namespace) -> int:
         echo(f"streams: {names}")
         return 0
     if args.process is None:
-        raise UsageError("give --process periodic|poisson|bursty (or --shipped)")
+        raise UsageError("give --process periodic|poisson|bursty (or --shipped, or --from "
+                         "FILE.jsonl)")
     path = make_stream_file(out, pick_texts(texts, args.count, seed=args.seed),
                             process=args.process, rate_hz=args.rate_hz, seed=args.seed,
                             storage=args.storage, topic=args.topic)
@@ -40,8 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp = ssub.add_parser("make", help="write a rosbag2 (MCAP) command stream",
                          description="Writes operator commands (held-out commands of the "
                                      "demo corpus, short and long mixed) with an arrival "
-                                     "process as a rosbag2 bag directory.")
+                                     "process as a rosbag2 bag directory; with --from, a "
+                                     "recorded JSONL stream as one (its times kept).")
     sp.add_argument("--out", required=True, help="bag directory to create (--shipped: parent)")
+    sp.add_argument("--from", dest="from_jsonl", default=None, metavar="FILE.jsonl",
+                    help="a recorded JSONL stream to write as a bag (its times, texts and "
+                         "states kept)")
+    sp.add_argument("--state-topic", default=None,
+                    help="--from: topic of the lines' robot state (default /planner/state; "
+                         "written only when a line has a state)")
+    sp.add_argument("--skip-bad-lines", action="store_true",
+                    help="--from: skip bad lines (reported) instead of stopping")
     sp.add_argument("--shipped", action="store_true", help="the streams the project ships")
     sp.add_argument("--process", choices=("periodic", "poisson", "bursty"), default=None)
     sp.add_argument("--rate-hz", type=float, default=0.5, help="mean commands per second")

@@ -7,8 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, split_list
-from robot_latency.cli.run import add_run_args, read_stream_arg, settings_from_args
+from robot_latency.cli.common import UsageError, echo, quant_level, split_list
+from robot_latency.cli.run import (
+    add_host_load,
+    add_run_args,
+    first_missing,
+    read_stream_arg,
+    remove_failed_start,
+    settings_from_args,
+)
+from robot_latency.hostcheck.load import LoadWatch
 from robot_latency.models.ladder import VALID_QUANTS
 
 
@@ -35,6 +43,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
     _check_sweep_axes(axes)  # every level, device and engine name, before anything
     out = Path(args.out)
+    sweep_created = first_missing(out)
     # Every point's settings are built (and a GGUF's levels quantized) before any point runs:
     # a bad setting or a level that cannot be built stops the sweep before it spends a run.
     # A point is the flags' settings with the point's axes replaced, then the builder.
@@ -64,7 +73,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             todo.append(config)
     for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
                        disable=not sys.stderr.isatty() and not args.progress):
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+        created = first_missing(Path(config.log_dir))
+        watch = LoadWatch().start()
+        try:
+            summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
+                                 progress=True)
+        except BaseException:
+            # a point that fails to start leaves nothing; the points done before it stay
+            remove_failed_start(created, Path(config.log_dir))
+            if sweep_created is not None and sweep_created.is_dir() \
+                    and not any(sweep_created.rglob("*")):
+                remove_failed_start(sweep_created, Path(config.log_dir))
+            raise
+        load = watch.stop()
+        add_host_load(summary, load, Path(config.log_dir))
+        if load.warning:
+            sys.stderr.write(f"WARNING: {config.label}: {load.warning}\n")
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")
@@ -79,12 +103,9 @@ def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
     from robot_latency.engines import ENGINES  # importing the package registers them
     from robot_latency.floor.devices import get_device
     from robot_latency.floor.errors import FloorError
-    from robot_latency.models.ladder import VALID_QUANTS
-
     for quant in axes["quant"]:
-        if quant is not None and str(quant).strip().upper() not in VALID_QUANTS:
-            raise UsageError(f"--quants: unknown level {quant!r}; valid: "
-                             f"{', '.join(VALID_QUANTS)}")
+        if quant is not None:
+            quant_level(quant, flag="--quants")  # main checked them already; a caller may not
     for device in axes["device"]:
         try:
             get_device(device)

@@ -1,6 +1,8 @@
 """llama-cpp-python's OpenAI-compatible server on loopback, for the tests and the benchmarks.
 
-``python -m llama_cpp.server`` (the ``llama-cpp-python[server]`` extras) serving one GGUF on
+``python -m llama_cpp.server`` (the ``llama-cpp-python[server]`` extras, started through
+:mod:`robot_latency.engines.llama_serve` so that it loads with this CPU's extra-buffer-type
+policy) serving one GGUF on
 127.0.0.1 at a free port, started and waited for, and always ended (a context manager). It runs
 one generation at a time (docs/REFERENCE.md, "Offboard serving and fleets"), so it is started with
 ``--interrupt_requests false``: its default ends the stream in progress whenever another request
@@ -53,13 +55,16 @@ class LocalServer:
         extra_args: further command-line arguments.
         cpus: the cores the server may run on (None: any); a benchmark gives the server cores of
             its own, as if it were another machine.
+        extra_bufts: llama.cpp's extra buffer types in the server (auto: off where the CPU or
+            build has AMX; :mod:`robot_latency.engines.llama_serve`).
     """
 
     def __init__(self, model_path: str | Path, *, port: int = 0, n_ctx: int = 1024,
                  n_threads: int = 0, log_path: str | Path | None = None,
                  ready_timeout_s: float = 120.0, extra_args: tuple[str, ...] = (),
-                 cpus: frozenset[int] | None = None) -> None:
+                 cpus: frozenset[int] | None = None, extra_bufts: str = "auto") -> None:
         self.model_path = Path(model_path)
+        self.extra_bufts = extra_bufts
         self.port = port or free_port()
         self.n_ctx = n_ctx
         self.n_threads = n_threads
@@ -78,7 +83,8 @@ class LocalServer:
 
     def command(self) -> list[str]:
         """The server's command line."""
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path),
+        cmd = [sys.executable, "-m", "robot_latency.engines.llama_serve", "--extra_bufts",
+               self.extra_bufts, "--model", str(self.model_path),
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--interrupt_requests", "false", "--logits_all", "false", "--verbose", "true"]
         if self.n_threads:

@@ -43,7 +43,8 @@ from robot_latency.engines.generate import (
     shared_prefix_len,
     tokenized,
 )
-from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig
+from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig, verify_batch_tokens
+from robot_latency.llama_load import load_policy, open_llama
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +58,6 @@ def resolve_model_path(model_path: str) -> Path:
         return bundled_model_path()
     except BundledModelError as err:
         raise EngineError(f"llamacpp: no model_path given and {err}") from err
-
-
-def verify_batch_tokens(config: LlamaCppConfig) -> int:
-    """Return llama.cpp's ``n_batch`` for ``config``: the most tokens one decode call takes.
-
-    The prefill goes in ``chunk_tokens`` chunks (also ``n_ubatch``, so a chunk is one pass with
-    a deadline check between passes). Speculative decoding verifies the pending token and up to
-    ``draft_k`` drafts in one call, so with drafting on, ``n_batch`` is at least ``draft_k + 1``:
-    a verify batch longer than the Llama's ``llama_batch`` (``n_batch`` tokens) was written past
-    its arrays ("NULL pointer access" at its ``seq_id`` sentinel) whenever ``chunk_tokens`` was
-    smaller than a round's batch.
-    """
-    if not config.draft:
-        return config.chunk_tokens
-    return max(config.chunk_tokens, config.draft_k + 1)
 
 
 class LlamaCppEngine(ClosesOnExit):
@@ -101,9 +87,11 @@ class LlamaCppEngine(ClosesOnExit):
             log.warning("%s: architecture %r not tried with this engine", path,
                         self.profile.architecture)
         kv = KV_TYPES[config.kv_type]
+        self.load_policy = load_policy(config.extra_bufts)
         try:
-            self.llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=config.n_ctx, n_threads=config.n_threads,
+            self.llm = open_llama(
+                self.load_policy, model_path=str(path), n_ctx=config.n_ctx,
+                n_threads=config.n_threads,
                 n_threads_batch=config.n_threads_batch or config.n_threads,
                 n_batch=verify_batch_tokens(config), n_ubatch=config.chunk_tokens,
                 n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, type_k=kv,
@@ -135,7 +123,8 @@ class LlamaCppEngine(ClosesOnExit):
 
             self.drafter = DraftModelDrafter(config.draft_model_path,
                                              n_threads=config.draft_n_threads,
-                                             n_ctx=self.n_ctx, target=self.llm)
+                                             n_ctx=self.n_ctx, target=self.llm,
+                                             policy=self.load_policy)
         elif config.draft == "prompt_lookup":
             from robot_latency.engines.speculative import PromptLookupDrafter
 
@@ -300,8 +289,8 @@ class LlamaCppEngine(ClosesOnExit):
         """Evaluate ``batch`` with logits at every position (for verification).
 
         The batch goes through the Llama's own ``llama_batch``, which holds ``n_batch`` tokens
-        (:func:`verify_batch_tokens` sizes it for ``draft_k + 1``): a longer one would be written
-        past its arrays.
+        (``llamacpp_config.verify_batch_tokens`` sizes it for ``draft_k + 1``): a longer one
+        would be written past its arrays.
         """
         llm = self.llm
         if len(batch) > llm.n_batch:
@@ -401,6 +390,7 @@ class LlamaCppEngine(ClosesOnExit):
                 "llama_cpp_python": self._llama_cpp.__version__,
                 "gpu_offload": bool(self._llama_cpp.llama_supports_gpu_offload()),
                 "abort_callback_effective": self._abort_works,
+                "load_policy": self.load_policy.to_dict(),
                 "warm_prefix_tokens": len(self._prefix_tokens)}
 
     def close(self) -> None:

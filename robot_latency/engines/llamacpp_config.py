@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from robot_latency.engines.base import EngineError
+from robot_latency.llama_load import EXTRA_BUFTS_CHOICES
 
 #: llama.cpp KV cache types by name (ggml_type values).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
@@ -40,6 +41,9 @@ class LlamaCppConfig:
         max_suffix_tokens: the longest per-cycle part the run will send (tokens); with
             ``warm_prefix`` and ``max_new_tokens`` it must fit the context, checked at load.
         max_new_tokens: the most tokens a cycle generates (for that check).
+        extra_bufts: llama.cpp's extra buffer types (REPACK, AMX): "auto" turns them off where
+            the CPU or the build has AMX, whose path segfaults in decode, and keeps them
+            elsewhere; "on" or "off" forces (robot_latency.llama_load).
     """
 
     model_path: str = ""
@@ -62,6 +66,7 @@ class LlamaCppConfig:
     warm_prefix: str = ""
     max_suffix_tokens: int = 0
     max_new_tokens: int = 0
+    extra_bufts: str = "auto"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> EngineError:
@@ -77,6 +82,8 @@ class LlamaCppConfig:
             raise bad("chunk_tokens", "must be >= 1")
         if self.kv_type not in KV_TYPES:
             raise bad("kv_type", f"must be one of {sorted(KV_TYPES)}")
+        if self.extra_bufts not in EXTRA_BUFTS_CHOICES:
+            raise bad("extra_bufts", f"must be one of {EXTRA_BUFTS_CHOICES}")
         if self.n_gpu_layers < -1:
             raise bad("n_gpu_layers", "must be >= -1 (-1: all)")
         if self.draft not in ("", "model", "prompt_lookup"):
@@ -85,3 +92,18 @@ class LlamaCppConfig:
             raise bad("draft_model_path", "is required when draft='model'")
         if not 1 <= self.draft_k <= 32:
             raise bad("draft_k", "must be in 1..32")
+
+
+def verify_batch_tokens(config: LlamaCppConfig) -> int:
+    """Return llama.cpp's ``n_batch`` for ``config``: the most tokens one decode call takes.
+
+    The prefill goes in ``chunk_tokens`` chunks (also ``n_ubatch``, so a chunk is one pass with
+    a deadline check between passes). Speculative decoding verifies the pending token and up to
+    ``draft_k`` drafts in one call, so with drafting on, ``n_batch`` is at least ``draft_k + 1``:
+    a verify batch longer than the Llama's ``llama_batch`` (``n_batch`` tokens) was written past
+    its arrays ("NULL pointer access" at its ``seq_id`` sentinel) whenever ``chunk_tokens`` was
+    smaller than a round's batch.
+    """
+    if not config.draft:
+        return config.chunk_tokens
+    return max(config.chunk_tokens, config.draft_k + 1)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from robot_latency.engines.base import EngineError
+from robot_latency.llama_load import LoadPolicy, load_policy, open_llama
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +63,19 @@ class DraftModelDrafter:
     """Draft greedily with a second llama.cpp model that shares the target's vocabulary.
 
     Its KV cache keeps the longest prefix shared with the previous call, so each round only
-    evaluates the tokens accepted since.
+    evaluates the tokens accepted since. It loads with the target's extra-buffer-type policy
+    (``policy``; default: this CPU's, robot_latency.llama_load).
     """
 
     name = "draft_model"
 
     def __init__(self, model_path: str, *, n_threads: int = 1, n_ctx: int = 512,
-                 target: Any = None) -> None:
-        import llama_cpp
-
+                 target: Any = None, policy: LoadPolicy | None = None) -> None:
+        policy = load_policy() if policy is None else policy
         try:
-            self.llm = llama_cpp.Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads,
-                                       n_threads_batch=n_threads, n_batch=64, n_ubatch=64,
-                                       verbose=False)
+            self.llm = open_llama(policy, model_path=model_path, n_ctx=n_ctx,
+                                  n_threads=n_threads, n_threads_batch=n_threads, n_batch=64,
+                                  n_ubatch=64, verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(f"draft model {model_path}: could not load: {err}") from err
         self.model_path = model_path

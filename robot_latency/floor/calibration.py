@@ -98,6 +98,12 @@ class Calibration:
     family's devices, each point against its own device's floor: the overhead is assumed to
     carry over). ``interval_rel`` is (lo, hi): the prediction's interval is
     ``[pred * (1 + lo), pred * (1 + hi)]``, from the leave-one-out errors of the fit's points.
+
+    ``sources`` are the sources of the rows the decode terms rest on; ``set_aside`` the flagged
+    sources kept out of this device's answer (:mod:`robot_latency.floor.published_sources`).
+    ``prefill_calibrated`` is False where no prefill measurement of the engine family exists:
+    the compute efficiency is then a default, and every answer says ``prefill uncalibrated``.
+    ``prefill_interval_rel`` is the TTFT interval's (lo, hi), None without one.
     """
 
     engine_family: str
@@ -114,6 +120,22 @@ class Calibration:
     basis: tuple[str, ...]
     residuals_rel: tuple[float, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    sources: tuple[str, ...] = ()
+    set_aside: tuple[str, ...] = ()
+    prefill_scope: str | None = None
+    prefill_basis: tuple[str, ...] = ()
+    prefill_interval_rel: tuple[float, float] | None = None
+    prefill_notes: tuple[str, ...] = ()
+
+    @property
+    def prefill_status(self) -> str:
+        """One line: where the prefill terms come from (``prefill uncalibrated`` without any)."""
+        if not self.prefill_calibrated:
+            return (f"prefill uncalibrated: default compute efficiency "
+                    f"{self.compute_efficiency:g}, no prefill measurement of {self.engine_family}")
+        where = f", {self.prefill_scope} scope" if self.prefill_scope else ""
+        basis = f" on {len(self.prefill_basis)} rows" if self.prefill_basis else ""
+        return f"prefill calibrated{basis}{where}"
 
     def describe(self) -> dict[str, Any]:
         """Return the ``calibration`` entry of a prediction: what the numbers come from."""
@@ -125,10 +147,14 @@ class Calibration:
             "basis": list(self.basis),
             "overhead_fixed": self.overhead_fixed,
             "interval_rel": list(self.interval_rel),
-            "prefill": ("calibrated" if self.prefill_calibrated else
-                        f"default compute efficiency {self.compute_efficiency:g}, "
-                        "uncalibrated"),
-            "notes": list(self.notes),
+            "prefill": self.prefill_status,
+            "prefill_calibrated": self.prefill_calibrated,
+            "prefill_interval_rel": (None if self.prefill_interval_rel is None
+                                     else list(self.prefill_interval_rel)),
+            "prefill_basis": list(self.prefill_basis),
+            "sources": list(self.sources),
+            "set_aside": list(self.set_aside),
+            "notes": [*self.notes, *self.prefill_notes],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,7 +170,9 @@ class Calibration:
                        "residuals_rel": list(self.residuals_rel)},
             "prefill": {"compute_efficiency": self.compute_efficiency,
                         "overhead_ms": self.prefill_overhead_ms,
-                        "calibrated": self.prefill_calibrated},
+                        "calibrated": self.prefill_calibrated,
+                        "interval_rel": (None if self.prefill_interval_rel is None
+                                         else list(self.prefill_interval_rel))},
             "source": self.source,
             "basis": list(self.basis),
             "notes": list(self.notes),
@@ -192,7 +220,10 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
                "alone")
         (logger.debug if quiet else logger.warning)("%s (%s on %s)", msg, family, device_id)
         all_notes.append(msg)
-    ce, p_overhead, p_cal = DEFAULT_COMPUTE_EFFICIENCY, fit.overhead_ms, False
+    # without prefill points the prefill overhead is not the decode one (a decode step's fixed
+    # cost says nothing about a prompt pass): 0, and the answer says "prefill uncalibrated"
+    ce, p_overhead, p_cal = DEFAULT_COMPUTE_EFFICIENCY, 0.0, False
+    p_interval: tuple[float, float] | None = None
     if prefill:
         pf = [p.compute_floor_ms for p in prefill]
         pm = [p.measured_ms for p in prefill]
@@ -200,17 +231,20 @@ def calibrate_points(points: Sequence[DecodePoint], *, engine_family: str, devic
             pfit = fit_two_term(pf, pm)
         except CalibrationError as err:
             # One prompt length (or one model size): the compute efficiency absorbs it all.
-            logger.info("prefill: %s; holding its overhead at 0", err)
+            logger.debug("prefill: %s; holding its overhead at 0", err)
             pfit = fit_two_term(pf, pm, fixed_overhead_ms=0.0)
             all_notes.append("prefill from one size: its overhead held at 0 ms")
         ce, p_overhead, p_cal = pfit.efficiency, pfit.overhead_ms, True
+        # the TTFT interval from the prefill points' own leave-one-out errors, as for decode
+        p_interval = _interval(pf, pm, pfit)
     return Calibration(
         engine_family=family, device_id=device_id, scope=scope, efficiency=fit.efficiency,
         overhead_ms=fit.overhead_ms, overhead_fixed=fit.overhead_fixed,
         interval_rel=_interval(floors, measured, fit), compute_efficiency=ce,
         prefill_overhead_ms=p_overhead, prefill_calibrated=p_cal, source=source,
         basis=tuple(p.label for p in points), residuals_rel=fit.residuals_rel,
-        notes=tuple(all_notes))
+        notes=tuple(all_notes), prefill_basis=tuple(p.label for p in prefill),
+        prefill_interval_rel=p_interval)
 
 
 def write_calibration(cal: Calibration, path: str | Path) -> None:
@@ -290,8 +324,20 @@ def read_calibration(path: str | Path, *, engine_family: str | None = None,
         prefill_overhead_ms=_number(p, "prefill.overhead_ms", prefill.get("overhead_ms"),
                                     positive=False),
         prefill_calibrated=bool(prefill.get("calibrated", False)),
+        prefill_interval_rel=_interval_or_none(p, prefill.get("interval_rel")),
         source=f"{doc.get('source', 'file')} ({p})", basis=tuple(str(b) for b in basis),
         residuals_rel=tuple(float(r) for r in residuals), notes=tuple(str(n) for n in notes))
+
+
+def _interval_or_none(path: Path, value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            or not value[0] <= 0 <= value[1]):
+        raise CalibrationError(f"{path}: field 'prefill.interval_rel' must be [lo <= 0, hi >= 0] "
+                               f"or null, got {value!r}")
+    return (float(value[0]), float(value[1]))
 
 
 def median_abs(values: Sequence[float]) -> float:

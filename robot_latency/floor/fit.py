@@ -33,7 +33,8 @@ SAME_SIZE_REL = 0.02
 class TwoTermFit:
     """A fitted ``y = x / efficiency + overhead_ms`` and how well it fits its points.
 
-    ``residuals_rel`` are ``measured / fitted - 1`` per point, in input order.
+    ``residuals_rel`` are ``measured / fitted - 1`` per point, in input order;
+    ``overhead_clamped`` is True where a negative fitted overhead was held at 0.
     """
 
     efficiency: float
@@ -42,6 +43,7 @@ class TwoTermFit:
     n_points: int
     n_sizes: int
     residuals_rel: tuple[float, ...]
+    overhead_clamped: bool = False
 
     def predict_ms(self, floor_ms: float) -> float:
         """Return the predicted time for a floor of ``floor_ms``."""
@@ -86,7 +88,8 @@ def fit_two_term(floors_ms: Sequence[float], measured_ms: Sequence[float], *,
 
     Returns:
         The fit. A negative fitted overhead is not physical: the fit is then redone with the
-        overhead held at 0 (logged).
+        overhead held at 0 (``overhead_clamped``; logged at DEBUG only, since the published
+        table's validation runs hundreds of fits: its callers log one summary line).
 
     Raises:
         CalibrationError: bad points, or a single model size without ``fixed_overhead_ms``.
@@ -101,6 +104,7 @@ def fit_two_term(floors_ms: Sequence[float], measured_ms: Sequence[float], *,
     ys = [float(y) for y in measured_ms]
     ws = [1.0 / (y * y) for y in ys]
     fixed = fixed_overhead_ms is not None
+    clamped = False
     if fixed:
         overhead = float(fixed_overhead_ms)  # type: ignore[arg-type]
         if not (math.isfinite(overhead) and overhead >= 0):
@@ -116,8 +120,9 @@ def fit_two_term(floors_ms: Sequence[float], measured_ms: Sequence[float], *,
         slope = (sw * sxy - sx * sy) / det
         overhead = (sy - slope * sx) / sw
         if overhead < 0:
-            logger.info("fitted overhead %.3f ms < 0; refitting with the overhead held at 0",
-                        overhead)
+            logger.debug("fitted overhead %.3f ms < 0; refitting with the overhead held at 0",
+                         overhead)
+            clamped = True
             overhead, fixed = 0.0, True
             slope = _slope_through(xs, ys, ws, 0.0)
     if not (math.isfinite(slope) and slope > 0):
@@ -127,7 +132,8 @@ def fit_two_term(floors_ms: Sequence[float], measured_ms: Sequence[float], *,
                      n_points=len(xs), n_sizes=sizes, residuals_rel=())
     residuals = tuple(y / fit.predict_ms(x) - 1.0 for x, y in zip(xs, ys, strict=True))
     return TwoTermFit(efficiency=fit.efficiency, overhead_ms=overhead, overhead_fixed=fixed,
-                      n_points=len(xs), n_sizes=sizes, residuals_rel=residuals)
+                      n_points=len(xs), n_sizes=sizes, residuals_rel=residuals,
+                      overhead_clamped=clamped)
 
 
 def _slope_through(xs: list[float], ys: list[float], ws: list[float], overhead: float) -> float:

@@ -244,3 +244,36 @@ def specdec_estimate(alpha: float, k: int, c: float, v: float = 0.0, *,
         best_k=best_k,
         best_speedup=specdec_speedup(alpha, best_k, c, v),
     )
+
+
+@dataclass(frozen=True)
+class TTFTFloor:
+    """The lower bound on a prefill of ``prompt_tokens``: it reads every weight matrix once and
+    does ``2 * params`` FLOPs per prompt token, so it takes at least the longer of the two.
+
+    ``compute_ms`` is None on a device without a peak FLOP/s figure (or with a measured sustained
+    rate, which is no bound): the floor is then the weights alone.
+    """
+
+    prompt_tokens: int
+    weights_ms: float
+    compute_ms: float | None
+
+    @property
+    def floor_ms(self) -> float:
+        """The floor: ``max(weights read once, prompt compute)``."""
+        return max(self.weights_ms, self.compute_ms or 0.0)
+
+
+def ttft_floor(model: ModelFacts, device: DeviceSheet, prompt_tokens: int) -> TTFTFloor:
+    """Return the prefill floor of ``prompt_tokens`` uncached tokens of ``model`` on ``device``.
+
+    Raises:
+        FloorError: a negative prompt length.
+    """
+    _check_positive("prompt_tokens", prompt_tokens, allow_zero=True)
+    weights_ms = model.weight_bytes_per_step / (device.bandwidth_gbps * 1e9) * 1e3
+    compute_ms = None
+    if device.peak_flops and device.flops_is_peak:
+        compute_ms = 2.0 * prefill_params(model) * prompt_tokens / device.peak_flops * 1e3
+    return TTFTFloor(prompt_tokens, weights_ms if prompt_tokens else 0.0, compute_ms)

@@ -22,9 +22,13 @@ A row whose model the floor cannot count (hybrid state-space, mixture-of-experts
 is not a pure decode rate (output tokens per second with the prefill inside it) is listed as not
 predicted, with the reason.
 
-The table and its rows live in :mod:`robot_latency.floor.published_table`, the fits, intervals
-and nearest rows in :mod:`robot_latency.floor.published_fit`, the leave-one-out validation in
-:mod:`robot_latency.floor.published_validation`; this module gathers their public names.
+The table and its rows (and the nearest rows) live in :mod:`robot_latency.floor.published_table`,
+the fits and intervals in :mod:`robot_latency.floor.published_fit`, the leave-one-out validation
+in :mod:`robot_latency.floor.published_validation`; the prefill table and its fit in
+:mod:`robot_latency.floor.published_prefill`, the check of each source against the others in
+:mod:`robot_latency.floor.published_sources`, and leave-one-source-out, device stability and the
+prefill validation in :mod:`robot_latency.floor.published_checks`. This module gathers the
+decode table's public names.
 """
 
 from __future__ import annotations
@@ -32,10 +36,8 @@ from __future__ import annotations
 from robot_latency.floor.published_fit import (
     INTERVAL_COVERAGE,
     ModelAdjustment,
-    NearRow,
     family_interval,
     model_adjustment,
-    nearest_rows,
     setup_fits,
     table_calibration,
 )
@@ -43,9 +45,11 @@ from robot_latency.floor.published_table import (
     METRICS,
     OPTIONAL_ROW_FIELDS,
     ROW_FIELDS,
+    NearRow,
     PublishedRow,
     default_table_path,
     load_table,
+    nearest_rows,
     not_predicted_reason,
     published_file_bytes,
     row_facts,

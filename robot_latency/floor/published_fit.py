@@ -7,20 +7,22 @@ device (scope ``device``), and a device without rows the family's rows on every 
 ``family``). A model the same source measured in other setups too moves its prediction by the
 share its step time sat above or below those setups' fits (``model_adjustment``).
 ``family_interval`` states a prediction's 80% interval from the leave-one-out residuals of the
-family's rows; ``nearest_rows`` names the rows a prediction leans on. The rows themselves come
+family's rows. The rows themselves come
 from :mod:`robot_latency.floor.published_table`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 from robot_latency.floor.calibration import (
+    DEFAULT_COMPUTE_EFFICIENCY,
     DEFAULT_SPREAD_REL,
     Calibration,
     calibrate_points,
@@ -29,27 +31,41 @@ from robot_latency.floor.calibration import (
 from robot_latency.floor.errors import CalibrationError
 from robot_latency.floor.fit import distinct_sizes
 from robot_latency.floor.modelinfo import PRESETS
+from robot_latency.floor.published_prefill import PrefillRow, prefill_fit, prefill_interval
+from robot_latency.floor.published_sources import flagged_sources
 from robot_latency.floor.published_table import (
     PublishedRow,
     load_table,
     not_predicted_reason,
-    row_facts,
     row_point,
 )
 
 __all__ = [
     "INTERVAL_COVERAGE",
     "ModelAdjustment",
-    "NearRow",
     "family_interval",
     "model_adjustment",
-    "nearest_rows",
     "setup_fits",
     "table_calibration",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: The share of rows the stated interval is meant to hold (an 80% interval).
 INTERVAL_COVERAGE = 0.8
+
+
+@lru_cache(maxsize=8)
+def _log_table_summary(table: tuple[PublishedRow, ...]) -> None:
+    """Log one INFO line per table: its rows and the setup fits behind every calibration.
+
+    The fits themselves log at DEBUG only: the intervals refit the table hundreds of times.
+    """
+    fits = setup_fits(table)
+    held = sum(1 for f in fits if f["overhead_held_at_zero"])
+    logger.info("published table: %d rows from %d sources, %d setup fits (%d with a negative "
+                "fitted overhead held at 0)", len(table), len({r.source for r in table}),
+                len(fits), held)
 
 
 def _sizes(rows: Sequence[PublishedRow]) -> int:
@@ -89,7 +105,8 @@ def _setup_overheads(rows: Sequence[PublishedRow], family: str) -> list[float]:
 
 def table_calibration(engine_family: str, device_id: str, *,
                       rows: Sequence[PublishedRow] | None = None,
-                      exclude: str | None = None, setup: str | None = None) -> Calibration:
+                      exclude: str | None = None, setup: str | None = None,
+                      prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
     """Fit the calibration of ``engine_family`` on ``device_id`` from the table's rows.
 
     The ladder, most specific first: the rows of ``setup`` (or, when none is named, of the
@@ -98,7 +115,11 @@ def table_calibration(engine_family: str, device_id: str, *,
     at the median of the family's other setups (scope ``setup``, noted); every row of the family
     on the device (``device``); every row of the family (``family``). Rows the floor cannot
     predict (``not_predicted_reason``) are never used. The interval is the family's
-    (``family_interval``).
+    (``family_interval``). With no ``setup`` named, a flagged source cannot alone set the
+    answer (``published_sources``: its rows are set aside while other sources' remain; named in
+    ``set_aside`` and the notes). The prefill terms come from the prefill table
+    (``prefill_rows``, the shipped one by default; ``published_prefill.prefill_fit``), the same
+    sources set aside; a family without prefill rows is marked ``prefill uncalibrated``.
 
     Raises:
         CalibrationError: the family has too few rows in the table to fit (naming the family and
@@ -106,15 +127,51 @@ def table_calibration(engine_family: str, device_id: str, *,
     """
     family = check_engine_family(engine_family)
     table = list(rows if rows is not None else load_table())
+    _log_table_summary(tuple(table))
     cal = _ladder(family, device_id, table, exclude=exclude, setup=setup)
-    return replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
+    cal = replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
+    return _with_prefill(cal, table, prefill_rows)
+
+
+def _answer_pool(family: str, table: Sequence[PublishedRow],
+                 mine: list[PublishedRow]) -> tuple[list[PublishedRow], set[str]]:
+    """The rows a device's answer may rest on: a flagged source cannot alone set it, so its rows
+    are set aside while any other source's rows of the family remain (``published_sources``)."""
+    flagged = set(flagged_sources(table, family))
+    kept = [r for r in mine if r.source not in flagged]
+    return (mine, set()) if not kept else (kept, flagged & {r.source for r in mine})
 
 
 def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclude: str | None,
             setup: str | None) -> Calibration:
-    """The fit of ``table_calibration``, without its interval."""
+    """The fit of ``table_calibration``, without its interval.
+
+    With no ``setup`` named (a device's answer), flagged sources are set aside first
+    (``_answer_pool``; ``set_aside`` names those that had rows on the device, or any row where
+    the answer falls back to the family's rows); a named setup is fitted on its own rows.
+    """
     table = [r for r in rows if r.id != exclude]
     mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
+    flagged: set[str] = set()
+    if setup is None:
+        mine, flagged = _answer_pool(family, table, mine)
+    here = {r.source for r in table if r.device == device_id and r.engine_family == family}
+    checks = flagged_sources(table, family)
+    aside = [s for s in sorted(flagged) if s in here]
+    cal = _ladder_fit(family, device_id, table, mine, setup,
+                      tuple(f"set aside {s}: {checks[s].reason}" for s in aside))
+    if cal.scope == "family" and flagged:
+        aside = sorted(flagged)
+        cal = replace(cal, notes=(*cal.notes, *(f"set aside {s}: {checks[s].reason}"
+                                                for s in aside if s not in here)))
+    used = {r.id: r.source for r in mine}
+    return replace(cal, sources=tuple(sorted({used[b] for b in cal.basis if b in used})),
+                   set_aside=tuple(aside))
+
+
+def _ladder_fit(family: str, device_id: str, table: Sequence[PublishedRow],
+                mine: list[PublishedRow], setup: str | None, aside: tuple[str, ...]
+                ) -> Calibration:
     here = [r for r in mine if r.device == device_id]
     source = "published table"
     groups = _by_setup(here)
@@ -123,7 +180,7 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
     if len(same) >= 2 and _sizes(same) >= 2:
         return calibrate_points([row_point(r) for r in same], engine_family=family,
                                 device_id=device_id, scope="setup", source=source,
-                                notes=(f"setup: {setup}",))
+                                notes=(f"setup: {setup}", *aside))
     others = [r for r in mine if r.setup != setup]
     overheads = _setup_overheads(others, family)
     if same and overheads:
@@ -131,22 +188,37 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
                                 device_id=device_id, scope="setup", source=source,
                                 fixed_overhead_ms=statistics.median(overheads), quiet=True,
                                 notes=(f"setup: {setup}", "overhead held at the median of the "
-                                       f"family's {len(overheads)} other setups"))
+                                       f"family's {len(overheads)} other setups", *aside))
     if len(here) >= 2 and _sizes(here) >= 2:
         return calibrate_points([row_point(r) for r in here], engine_family=family,
-                                device_id=device_id, scope="device", source=source)
+                                device_id=device_id, scope="device", source=source, notes=aside)
     if len(mine) >= 2 and _sizes(mine) >= 2:
         devices = sorted({r.device for r in mine})
         return calibrate_points(
             [row_point(r) for r in mine], engine_family=family, device_id=device_id,
             scope="family", source=source,
             notes=(f"no two model sizes of {family} on {device_id} in the table: fitted on "
-                   f"{', '.join(devices)} (overhead assumed to carry over)",))
+                   f"{', '.join(devices)} (overhead assumed to carry over)", *aside))
     have = sorted({r.engine_family for r in table})
     raise CalibrationError(
         f"the published table has too few {family} rows to fit a calibration (families with "
         f"rows: {', '.join(have)}); calibrate from runs (robot-latency calibrate) and pass "
         "--calibration")
+
+
+def _with_prefill(cal: Calibration, table: Sequence[PublishedRow] | None,
+                  prefill_rows: Sequence[PrefillRow] | None) -> Calibration:
+    """Attach the prefill terms of the same family and device (the same sources set aside), or
+    mark the calibration ``prefill uncalibrated`` where the family has no prefill row."""
+    flagged = tuple(flagged_sources(load_table() if table is None else table, cal.engine_family))
+    fit = prefill_fit(cal.engine_family, cal.device_id, rows=prefill_rows, set_aside=flagged)
+    if fit is None:
+        return replace(cal, compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY,
+                       prefill_overhead_ms=0.0, prefill_calibrated=False)
+    return replace(cal, compute_efficiency=fit.compute_efficiency,
+                   prefill_overhead_ms=fit.overhead_ms, prefill_calibrated=True,
+                   prefill_scope=fit.scope, prefill_basis=fit.basis, prefill_notes=fit.notes,
+                   prefill_interval_rel=prefill_interval(cal.engine_family, rows=prefill_rows))
 
 
 def setup_fits(rows: Sequence[PublishedRow] | None = None) -> list[dict[str, Any]]:
@@ -228,7 +300,9 @@ def model_adjustment(engine_family: str, device_id: str, model_id: str, *,
     key = model_id.strip().lower()
     table = [r for r in (rows if rows is not None else load_table()) if r.id != exclude]
     mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
-    setup = _pick_setup(_by_setup([r for r in mine if r.device == device_id]), setup)
+    # the setup table_calibration picks: flagged sources set aside as for the device's answer
+    pool = _answer_pool(family, table, mine)[0] if setup is None else mine
+    setup = _pick_setup(_by_setup([r for r in pool if r.device == device_id]), setup)
     source = next((r.source for r in mine if r.setup == setup), None)
     logs: list[float] = []
     basis: list[str] = []
@@ -332,50 +406,3 @@ def family_interval(engine_family: str, *, rows: Sequence[PublishedRow] | None =
     k_lo = max(1, math.floor(tail * (n + 1)))
     k_hi = min(n, math.ceil((1.0 - tail) * (n + 1)))
     return (min(0.0, res[k_lo - 1]), max(0.0, res[k_hi - 1]))
-
-
-@dataclass(frozen=True)
-class NearRow:
-    """A published row a prediction leans on: same family, same device, nearest size."""
-
-    id: str
-    device: str
-    model: str
-    quant: str
-    published_itl_ms: float
-    published_tok_s: float
-    floor_ms: float
-    weight_bytes_per_step: int
-    power_mode: str | None
-    date: str | None
-    source: str
-    url: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict."""
-        return asdict(self)
-
-
-def nearest_rows(engine_family: str, device_id: str, weight_bytes_per_step: int, *,
-                 rows: Sequence[PublishedRow] | None = None, limit: int = 3) -> list[NearRow]:
-    """Return the family's predictable rows on ``device_id`` nearest in bytes per step.
-
-    Nearest is by ``|log(row bytes / model bytes)|``. Where the device has no row of the family,
-    the family's rows on every device are searched instead (the rows name their device).
-    """
-    family = check_engine_family(engine_family)
-    table = list(rows if rows is not None else load_table())
-    mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
-    pool = [r for r in mine if r.device == device_id] or mine
-    target = max(1, weight_bytes_per_step)
-
-    def distance(r: PublishedRow) -> float:
-        return abs(math.log(row_facts(r).weight_bytes_per_step / target))
-
-    out = []
-    for r in sorted(pool, key=lambda r: (distance(r), r.id))[:limit]:
-        point = row_point(r)
-        out.append(NearRow(r.id, r.device, r.model, r.quant, r.itl_ms, r.tok_s, point.floor_ms,
-                           row_facts(r).weight_bytes_per_step, r.power_mode, r.date, r.source,
-                           r.url))
-    return out

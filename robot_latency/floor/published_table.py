@@ -11,8 +11,9 @@ measured step time next to the bandwidth floor). The fits built from the rows li
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -31,9 +32,11 @@ __all__ = [
     "METRICS",
     "OPTIONAL_ROW_FIELDS",
     "ROW_FIELDS",
+    "NearRow",
     "PublishedRow",
     "default_table_path",
     "load_table",
+    "nearest_rows",
     "not_predicted_reason",
     "published_file_bytes",
     "row_facts",
@@ -259,3 +262,50 @@ def row_point(row: PublishedRow) -> DecodePoint:
                           context_tokens=row.context_tokens)
     return DecodePoint(label=row.id, device_id=row.device, model=row.model,
                        floor_ms=floor.itl_floor_ms, measured_ms=row.itl_ms)
+
+
+@dataclass(frozen=True)
+class NearRow:
+    """A published row a prediction leans on: same family, same device, nearest size."""
+
+    id: str
+    device: str
+    model: str
+    quant: str
+    published_itl_ms: float
+    published_tok_s: float
+    floor_ms: float
+    weight_bytes_per_step: int
+    power_mode: str | None
+    date: str | None
+    source: str
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return asdict(self)
+
+
+def nearest_rows(engine_family: str, device_id: str, weight_bytes_per_step: int, *,
+                 rows: Sequence[PublishedRow] | None = None, limit: int = 3) -> list[NearRow]:
+    """Return the family's predictable rows on ``device_id`` nearest in bytes per step.
+
+    Nearest is by ``|log(row bytes / model bytes)|``. Where the device has no row of the family,
+    the family's rows on every device are searched instead (the rows name their device).
+    """
+    family = check_engine_family(engine_family)
+    table = list(rows if rows is not None else load_table())
+    mine = [r for r in table if r.engine_family == family and not_predicted_reason(r) is None]
+    pool = [r for r in mine if r.device == device_id] or mine
+    target = max(1, weight_bytes_per_step)
+
+    def distance(r: PublishedRow) -> float:
+        return abs(math.log(row_facts(r).weight_bytes_per_step / target))
+
+    out = []
+    for r in sorted(pool, key=lambda r: (distance(r), r.id))[:limit]:
+        point = row_point(r)
+        out.append(NearRow(r.id, r.device, r.model, r.quant, r.itl_ms, r.tok_s, point.floor_ms,
+                           row_facts(r).weight_bytes_per_step, r.power_mode, r.date, r.source,
+                           r.url))
+    return out

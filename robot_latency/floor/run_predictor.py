@@ -63,13 +63,16 @@ class FloorPredictor:
         e2e = t.ttft_pred_ms + (n - 1) * t.itl_pred_ms
         complete = rec.stop_reason in ("done", "complete")
         deadline_ms = rec.deadline_budget_ns / 1e6
+        # the TTFT's own interval where the prefill is calibrated, else its point
+        t_lo, t_hi = t.ttft_pred_interval_ms or (t.ttft_pred_ms, t.ttft_pred_ms)
         rec.target_e2e_pred_ms = e2e
-        rec.target_e2e_pred_interval_ms = [t.ttft_pred_ms + (n - 1) * lo,
-                                           t.ttft_pred_ms + (n - 1) * hi]
+        rec.target_e2e_pred_interval_ms = [t_lo + (n - 1) * lo, t_hi + (n - 1) * hi]
         rec.target_deadline_met_pred = (e2e <= deadline_ms if complete
                                         else (False if e2e > deadline_ms else None))
         rec.target_pred = {"ttft_ms": t.ttft_pred_ms, "itl_ms": t.itl_pred_ms,
-                           "itl_interval_ms": [lo, hi], "tokens_out": n,
+                           "itl_interval_ms": [lo, hi], "ttft_interval_ms": [t_lo, t_hi],
+                           "ttft_floor_ms": t.ttft_floor_ms, "prefill": t.prefill_status,
+                           "tokens_out": n,
                            "basis": "complete" if complete else "partial",
                            "max_tokens": max_tokens, "device_id": self.target.id,
                            "engine_family": t.engine_family}

@@ -6,11 +6,13 @@
     ttft_pred_ms = compute_floor_ms / compute_efficiency + prefill_overhead_ms
 
 where ``itl_floor_ms`` is the bandwidth floor (bytes per step / bandwidth) and
-``compute_floor_ms`` is ``2 * params * prompt_tokens`` at the device's compute figure. The floor is
-reported beside the prediction and is never raised by it: the interval's low end is clamped at
-the floor. docs/REFERENCE.md, "Predictions: two terms, calibrated". From the published table, a
-model the same source measured in other power modes is moved by its own rows there
-(``adjust_for_model``), with the interval of predictions made that way.
+``compute_floor_ms`` is ``2 * params * prompt_tokens`` at the device's compute figure. The floors
+are reported beside the predictions and a prediction never goes below its floor: the TTFT's is
+``max(weights read once, prompt compute)`` (``predict.ttft_floor``), and each interval's low end
+is clamped at its floor. A calibration without prefill measurements says ``prefill uncalibrated``
+in every answer (``prefill_status``). docs/REFERENCE.md, "Predictions: two terms, calibrated".
+From the published table, a model the same source measured in other power modes is moved by its
+own rows there (``adjust_for_model``), with the interval of predictions made that way.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from robot_latency.floor.calibration import Calibration, check_engine_family, re
 from robot_latency.floor.devices import DeviceSheet, get_device
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelFacts, resolve_model
-from robot_latency.floor.predict import predict_floor, prefill_params
+from robot_latency.floor.predict import predict_floor, prefill_params, ttft_floor
 from robot_latency.floor.published import (
     INTERVAL_COVERAGE,
     ModelAdjustment,
@@ -71,11 +73,17 @@ class TargetPrediction:
     compute_efficiency: float
     prefill_overhead_ms: float
     calibration: dict[str, Any]
+    ttft_floor_ms: float | None = None
+    ttft_pred_interval_ms: tuple[float, float] | None = None
+    prefill_calibrated: bool = False
+    prefill_status: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (``itl_pred_interval_ms`` as ``[lo, hi]``)."""
+        """Return the JSON form (intervals as ``[lo, hi]``)."""
         out = asdict(self)
         out["itl_pred_interval_ms"] = list(self.itl_pred_interval_ms)
+        if self.ttft_pred_interval_ms is not None:
+            out["ttft_pred_interval_ms"] = list(self.ttft_pred_interval_ms)
         return out
 
 
@@ -118,11 +126,16 @@ def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
     lo = max(floor.itl_floor_ms, itl * (1.0 + cal.interval_rel[0]))
     hi = itl * (1.0 + cal.interval_rel[1])
     ttft: float | None = None
+    ttft_floor_ms: float | None = None
+    ttft_interval: tuple[float, float] | None = None
     if uncached is not None and device.peak_flops:
         compute_floor_ms = 2.0 * prefill_params(model) * uncached / device.peak_flops * 1e3
-        ttft = compute_floor_ms / cal.compute_efficiency + cal.prefill_overhead_ms
-        if floor.prefill_floor_ms is not None:
-            ttft = max(ttft, floor.prefill_floor_ms)
+        ttft_floor_ms = ttft_floor(model, device, uncached).floor_ms
+        ttft = max(ttft_floor_ms,
+                   compute_floor_ms / cal.compute_efficiency + cal.prefill_overhead_ms)
+        if cal.prefill_interval_rel is not None:
+            t_lo, t_hi = cal.prefill_interval_rel
+            ttft_interval = (max(ttft_floor_ms, ttft * (1.0 + t_lo)), ttft * (1.0 + t_hi))
     return TargetPrediction(
         device_id=device.id, model_name=model.name, quant=model.quant,
         engine_family=cal.engine_family, context_tokens=context_tokens,
@@ -130,7 +143,9 @@ def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
         itl_pred_interval_ms=(lo, hi), ttft_pred_ms=ttft,
         prefill_floor_ms=floor.prefill_floor_ms, efficiency=cal.efficiency,
         overhead_ms=cal.overhead_ms, compute_efficiency=cal.compute_efficiency,
-        prefill_overhead_ms=cal.prefill_overhead_ms, calibration=cal.describe())
+        prefill_overhead_ms=cal.prefill_overhead_ms, calibration=cal.describe(),
+        ttft_floor_ms=ttft_floor_ms, ttft_pred_interval_ms=ttft_interval,
+        prefill_calibrated=cal.prefill_calibrated, prefill_status=cal.prefill_status)
 
 
 def adjust_for_model(pred: TargetPrediction, cal: Calibration,

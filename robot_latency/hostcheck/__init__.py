@@ -1,7 +1,8 @@
 """Check the machine the planner is about to run on: each finding is OK, WARN or FAIL with its fix.
 
 What it looks at, in order: the Jetson module and nvpmodel power mode, the jetson_clocks state, the
-ROS 2 distro and rclpy, llama.cpp's GPU offload and backend, the ONNX Runtime providers that can
+ROS 2 distro and rclpy, llama.cpp's GPU offload and backend, the CPU's features and the llama.cpp
+load setting chosen for them (extra buffer types off with AMX), the ONNX Runtime providers that can
 start, the rtprio limit the params file's ``loop_priority`` needs, the CPUs the params file pins,
 free memory against the model's size, and the user cache. Device files are read under ``root``
 (``/`` on a real machine, a fixture tree in tests); nothing is changed.
@@ -35,6 +36,7 @@ from robot_latency.hostcheck.machine import (
 from robot_latency.hostcheck.software import (
     LLAMA_CUDA_FIX,
     SUPPORTED_DISTROS,
+    check_cpu,
     check_llama,
     check_onnxruntime,
     check_ros,
@@ -50,6 +52,7 @@ __all__ = [
     "DoctorError",
     "DoctorInput",
     "check_cache",
+    "check_cpu",
     "check_cpus",
     "check_jetson",
     "check_jetson_clocks",
@@ -76,7 +79,7 @@ def run_checks(inp: DoctorInput) -> list[Check]:
     if jetson is not None:
         checks.append(check_jetson_clocks(inp.root))
     steps: list[Callable[[], Check | list[Check]]] = [
-        check_ros, lambda: check_llama(jetson), check_onnxruntime,
+        check_ros, lambda: check_llama(jetson), check_cpu, check_onnxruntime,
         lambda: check_rtprio(params), lambda: check_cpus(params),
         lambda: check_memory(inp, params), lambda: check_cache(inp.cache_dir)]
     if inp.run_dir is not None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from robot_latency.floor.jetson import JetsonInfo
 from robot_latency.hostcheck.findings import FAIL, OK, WARN, Check
+from robot_latency.llama_load import llama_system_info
 
-__all__ = ["LLAMA_CUDA_FIX", "SUPPORTED_DISTROS", "check_llama", "check_onnxruntime", "check_ros"]
+__all__ = ["LLAMA_CUDA_FIX", "SUPPORTED_DISTROS", "check_cpu", "check_llama", "check_onnxruntime",
+           "check_ros"]
 
 #: The ROS 2 distros the project supports (Humble on JetPack 6 through Kilted, and rolling).
 SUPPORTED_DISTROS = ("humble", "iron", "jazzy", "kilted", "rolling")
@@ -77,6 +80,45 @@ def check_llama(jetson: JetsonInfo | None) -> Check:
         return Check("llama.cpp", WARN, detail + f"; this machine has {devices} CUDA device(s)",
                      LLAMA_CUDA_FIX.replace("=87", "=native"))
     return Check("llama.cpp", OK, detail + " (no GPU here: CPU is right)")
+
+
+def _build_features(info: str) -> list[str]:
+    """The CPU features llama.cpp was compiled with (``AVX2 = 1`` in its system info)."""
+    cpu = info.split("|")
+    names = []
+    for part in cpu:
+        key, sep, value = part.rpartition("=")
+        key = key.split(":")[-1].strip()
+        if sep and value.strip() == "1" and key:
+            names.append(key)
+    return names
+
+
+def check_cpu(cpuinfo: Path | None = None, system_info: str | None = None) -> Check:
+    """The CPU's vector extensions, what llama.cpp was built with, and the load setting chosen.
+
+    Where the CPU or the build has AMX, llama.cpp loads with its extra buffer types off
+    (robot_latency.llama_load): the AMX path segfaults in decode. That is a WARN, with the cost
+    (REPACK off) and the way to build without AMX.
+    """
+    from robot_latency.llama_load import load_policy, read_cpu_features
+
+    features = read_cpu_features(cpuinfo)
+    try:
+        info = llama_system_info() if system_info is None else system_info
+    except ImportError as err:
+        return Check("cpu", WARN, f"{features.machine}: llama_cpp does not import: {err}",
+                     "pip install -r requirements/base.txt")
+    policy = load_policy("auto", features=features, system_info=info)
+    detail = (f"{features.machine}, {', '.join(features.reported()) or 'no flags read'} "
+              f"({features.source}); llama.cpp built with "
+              f"{', '.join(_build_features(info)) or 'unknown'}; {policy.reason}")
+    if not policy.use_extra_bufts:
+        return Check("cpu", WARN, detail,
+                     "nothing to do for the planner (it loads this way by itself); for Q4_0's "
+                     "REPACK speed, build llama-cpp-python without AMX: make install (the "
+                     "portable build)")
+    return Check("cpu", OK, detail)
 
 
 def check_onnxruntime() -> Check:

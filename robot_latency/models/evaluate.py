@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.models.corpus import Command
 from robot_latency.models.tokenizer import Vocab, build_vocab, prompt_tokens
 from robot_latency.profiles.actions import PlanParseError, parse_actions
@@ -64,8 +65,9 @@ class GGUFPlanner:
         kv: dict[str, Any] = {}
         if kv_f32:
             kv = {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32}
-        self.llm = llama_cpp.Llama(
-            str(self.path),
+        self.llm = open_llama(
+            load_policy(),
+            model_path=str(self.path),
             n_ctx=n_ctx,
             n_batch=n_ctx,
             n_threads=n_threads,

@@ -39,6 +39,11 @@ llama.cpp does the real per-token work of that model while the plans stay the pl
 * FFN: extra units have zero gate/up rows and zero down columns (``silu(0) * 0 = 0``).
 * layers: extra layers are appended with zero attention-output and FFN-down matrices, so they
   pass the residual stream through unchanged.
+* head_dim not ``hidden / n_heads`` (Qwen3-0.6B: 16 heads of 128 in a 1024-wide model): the
+  target keeps its own head_dim (``HeadShape``; the q/k/v rows and attn_output columns are
+  ``n_heads * head_dim``, not ``hidden``), and the file states it in ``llama.attention.key_length``
+  and ``value_length``, which llama.cpp's llama architecture reads in place of ``hidden / n_heads``.
+  Nothing else changes: the heads are placed and packed as above.
 * vocabulary: padded with ``<unused_N>`` tokens of type UNUSED (5) so the GGUF's tokenizer has
   ``vocab_size`` entries; their embedding and output rows are zero.
 
@@ -71,6 +76,7 @@ from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
 __all__ = [
     "ROPE_FREQS",
     "UNUSED_TOKEN_TYPE",
+    "HeadShape",
     "InflateError",
     "InflationPlan",
     "inflate",
@@ -87,6 +93,39 @@ ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's LLM_TENSOR_ROPE_FREQS: per-pair 
 
 class InflateError(RobotLatencyError, ValueError):
     """A model cannot be inflated into the requested shape."""
+
+
+@dataclass(frozen=True)
+class HeadShape(GGUFShape):
+    """A :class:`GGUFShape` whose head_dim is its own, not ``dim // n_heads`` (0: the default).
+
+    The tensor names and hyper-parameters follow it (``gguf_tensor_names``,
+    ``write_llama_hparams`` read ``head_dim``); ``write_head_dim`` adds the key/value lengths
+    llama.cpp needs to read such a file.
+    """
+
+    key_length: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        """Return the per-head size (``key_length`` where given)."""
+        return self.key_length or self.dim // self.n_heads
+
+
+def head_shape(shape: GGUFShape, head_dim: int) -> GGUFShape:
+    """Return ``shape`` with ``head_dim`` (a :class:`HeadShape` unless it is ``dim // n_heads``)."""
+    fields = {f: getattr(shape, f) for f in GGUFShape.__dataclass_fields__}
+    if head_dim * shape.n_heads == shape.dim:
+        return GGUFShape(**fields)
+    return HeadShape(**fields, key_length=head_dim)
+
+
+def write_head_dim(writer: Any, shape: GGUFShape) -> None:
+    """Write ``llama.attention.key_length``/``value_length`` where the head_dim is not the
+    default ``dim / n_heads`` (llama.cpp assumes the default otherwise)."""
+    if shape.head_dim * shape.n_heads != shape.dim:
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
 
 
 @dataclass(frozen=True)
@@ -123,15 +162,13 @@ def _target_shape(target: Any) -> tuple[str, GGUFShape]:
         if target not in PRESETS:
             raise InflateError(f"unknown preset {target!r}; known: {', '.join(sorted(PRESETS))}")
         target = PRESETS[target]
-    if target.n_heads * target.head_dim != target.hidden:
-        raise InflateError(
-            f"{target.name}: n_heads * head_dim = {target.n_heads * target.head_dim} != hidden "
-            f"{target.hidden}; the llama GGUF layout here needs them equal"
-        )
-    shape = GGUFShape(
+    if target.head_dim <= 0 or target.head_dim % 2:
+        raise InflateError(f"{target.name}: head_dim {target.head_dim} must be even and > 0 "
+                           "(RoPE rotates pairs)")
+    shape = head_shape(GGUFShape(
         vocab_size=target.vocab_size, dim=target.hidden, n_layers=target.n_layers,
         n_heads=target.n_heads, n_kv_heads=target.n_kv_heads, ffn_dim=target.ffn,
-    )
+    ), target.head_dim)
     return str(target.name), shape
 
 
@@ -198,11 +235,11 @@ def plan_inflation(small: GGUFShape, target: Any) -> InflationPlan:
             base ** (-2 * j / hb) / base ** (-2 * (j % (hs // 2)) / hs) for j in range(hb // 2)
         )
     ratio = small.dim / big.dim
-    big = GGUFShape(
+    big = head_shape(GGUFShape(
         vocab_size=big.vocab_size, dim=big.dim, n_layers=big.n_layers, n_heads=big.n_heads,
         n_kv_heads=big.n_kv_heads, ffn_dim=big.ffn_dim, context_length=small.context_length,
         rope_base=small.rope_base, norm_eps=small.norm_eps * ratio,
-    )
+    ), hb)
     return InflationPlan(
         small=small, big=big, q_slot=q_slot, gain_scale=math.sqrt(ratio), kv_slot=kv_slot,
         pack=pack, q_scale=math.sqrt(pack), rope_freqs=rope_freqs,
@@ -370,6 +407,7 @@ def inflate(
         f"grammar)."
     )
     write_llama_hparams(writer, big)
+    write_head_dim(writer, big)
     ftype = gguf.LlamaFileType.ALL_F32 if dtype == "F32" else gguf.LlamaFileType.MOSTLY_F16
     writer.add_file_type(int(ftype))
     write_tokenizer_metadata(writer, vocab)

@@ -24,7 +24,7 @@ import numpy as np
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
-from robot_latency.models.inflate import pad_vocab
+from robot_latency.models.inflate import head_shape, pad_vocab, write_head_dim
 from robot_latency.models.ladder import normalize_quant, quantize_gguf
 from robot_latency.models.tokenizer import build_vocab, write_tokenizer_metadata
 
@@ -55,16 +55,15 @@ def _write_f16(preset: Any, path: Path, *, seed: int) -> Path:
     """Write the preset's shape with random F16 matrices and unit norms, streamed."""
     import gguf
 
-    if preset.n_heads * preset.head_dim != preset.hidden:
-        raise SynthError(
-            f"{preset.name}: n_heads * head_dim != hidden; the llama GGUF layout here needs "
-            "them equal"
-        )
-    shape = GGUFShape(
+    if preset.head_dim <= 0 or preset.head_dim % 2:
+        raise SynthError(f"{preset.name}: head_dim {preset.head_dim} must be even and > 0 "
+                         "(RoPE rotates pairs)")
+    # a head_dim other than hidden / n_heads (Qwen3, Gemma) is kept and stated in the file
+    shape = head_shape(GGUFShape(
         vocab_size=preset.vocab_size, dim=preset.hidden, n_layers=preset.n_layers,
         n_heads=preset.n_heads, n_kv_heads=preset.n_kv_heads, ffn_dim=preset.ffn,
         context_length=preset.context_length,
-    )
+    ), preset.head_dim)
     vocab = pad_vocab(build_vocab(), shape.vocab_size)
     names = gguf_tensor_names(shape)
     if preset.tied_embeddings:
@@ -76,6 +75,7 @@ def _write_f16(preset: Any, path: Path, *, seed: int) -> Path:
         f"(seed {seed}), robot_latency planner tokenizer padded to {shape.vocab_size} tokens"
     )
     write_llama_hparams(writer, shape)
+    write_head_dim(writer, shape)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
     write_tokenizer_metadata(writer, vocab)
     for name, tshape in names.items():

@@ -86,8 +86,10 @@ def parse_cpu_list(value: Any) -> tuple[int, ...]:
 
 #: The loop polls the last this many ms before a give-up time when it has a core of its own.
 OWN_CORE_SPIN_MS = 1.5
-#: ... and this many when it shares the cores with the engine (see :attr:`CpuBudget.spin_ms`).
+#: ... and this many when it shares the cores with the engine (see :attr:`CpuBudget.spin_ms`),
 SHARED_CORE_SPIN_MS = 5.0
+#: napping this long between two polls of that stretch (see :attr:`CpuBudget.nap_ms`).
+SHARED_CORE_NAP_MS = 0.1
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,20 @@ class CpuBudget:
         if self.loop_cpus or self.loop_priority > 0:
             return OWN_CORE_SPIN_MS
         return SHARED_CORE_SPIN_MS
+
+    @property
+    def nap_ms(self) -> float:
+        """How long the loop sleeps between two polls of its last stretch (ms); 0: it spins.
+
+        Alone on its core the loop spins. Sharing the cores, a thread that polls without a
+        break uses up its share of the scheduler and is preempted by whatever else runs,
+        for milliseconds; one that sleeps between polls wakes with a sleeper's priority. On
+        the loaded development machine the naps halved the late fallbacks of the overshoot
+        bench (docs/BENCHMARKS.md, "Planner loop: overshoot").
+        """
+        if self.loop_cpus or self.loop_priority > 0:
+            return 0.0
+        return SHARED_CORE_NAP_MS
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "loop_cpus": list(self.loop_cpus),

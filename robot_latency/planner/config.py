@@ -18,7 +18,7 @@ from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.errors import SettingsError
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.fallback import FALLBACK_NAMES
-from robot_latency.planner.margin import MarginSettings
+from robot_latency.planner.margin import MarginSettings, publish_margin_settings
 
 MODES = ("periodic", "event")
 ON_NEW_COMMAND = ("queue", "preempt")
@@ -46,7 +46,9 @@ class RunSettings:
         mode: ``periodic`` (tick-driven, plans for the newest command) or ``event`` (each
             arriving command starts a cycle; the deadline counts from its arrival).
         publish_margin_ms: time kept before the deadline for the fallback and the publish; the
-            model's plan must be ready by ``deadline - margin``.
+            model's plan must be ready by ``deadline - margin``; < 0: learned from the loop's
+            own lateness at its give-up time (the CLI's ``run`` default;
+            :class:`~robot_latency.planner.margin.PublishMargin`).
         max_tokens: most tokens the model may generate per cycle; 0: the planner profile's.
         max_command_chars: longer commands are refused (fallback ``bad_command``), never fed to
             the model: the prompt's length bounds the prefill time.
@@ -158,17 +160,17 @@ class RunSettings:
         """The deadline in ns from the scheduled start."""
         return round(self.deadline_ms * 1e6)
 
-    @property
-    def margin_ns(self) -> int:
-        """The publish margin in ns."""
-        return round(self.publish_margin_ms * 1e6)
+    def publish_margin_settings(self) -> MarginSettings:
+        """The publish margin's settings, fixed or learned (:mod:`robot_latency.planner.margin`)."""
+        return publish_margin_settings(self.publish_margin_ms, self.deadline_ms)
 
     def margin_settings(self) -> MarginSettings:
         """The transport margin's settings (see :mod:`robot_latency.planner.margin`)."""
         return MarginSettings(fixed_ms=self.transport_margin_ms,
                               floor_ms=self.transport_margin_floor_ms,
                               cap_ms=min(self.transport_margin_cap_ms,
-                                         (self.deadline_ms - self.publish_margin_ms) / 4))
+                                         (self.deadline_ms - max(0.0, self.publish_margin_ms))
+                                         / 4))
 
     def loop_config(self) -> dict[str, Any]:
         """Return the loop's settings (the manifest's ``config``)."""
@@ -193,8 +195,8 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
     need(not (s.mode == "periodic" and s.deadline_ms > s.period_ms), "deadline_ms",
          f"must not exceed period_ms={s.period_ms!r}")
     need(s.mode in MODES, "mode", f"must be one of {MODES}")
-    need(0 <= s.publish_margin_ms < s.deadline_ms, "publish_margin_ms",
-         "must be >= 0 and below deadline_ms")
+    need(s.publish_margin_ms < s.deadline_ms, "publish_margin_ms",
+         "must be below deadline_ms (< 0: learned)")
     need(s.max_tokens >= 0, "max_tokens", "must be >= 1, or 0 for the planner profile's")
     need(s.max_command_chars >= 1, "max_command_chars", "must be >= 1")
     need(bool(s.fallback) and all(p in FALLBACK_NAMES for p in s.fallback), "fallback",
@@ -204,7 +206,7 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
     need(0 <= s.transport_margin_floor_ms <= s.transport_margin_cap_ms,
          "transport_margin_floor_ms",
          f"must be >= 0 and <= transport_margin_cap_ms={s.transport_margin_cap_ms!r}")
-    need(s.publish_margin_ms + max(0.0, s.transport_margin_ms) < s.deadline_ms,
+    need(max(0.0, s.publish_margin_ms) + max(0.0, s.transport_margin_ms) < s.deadline_ms,
          "transport_margin_ms",
          f"plus publish_margin_ms must stay below deadline_ms={s.deadline_ms!r}")
     need(s.on_new_command in ON_NEW_COMMAND, "on_new_command",

@@ -8,7 +8,11 @@ directory ``OUT/N<n>/robot<i>``), with its own arrival process: the recorded str
 threads, nothing more, whatever the stream's length.
 
 Per fleet size the summary pools every robot's cycles: deadline-miss rate with its Wilson 95%
-interval, TTFT and ITL p50/p99, and queue time. A server does not say how long a request waited
+interval; the model's plans and the fallbacks' (``model_plans``, ``fallback_plans``, their
+rates, the fallback rate's Wilson 95% interval; every fallback is a model miss, and
+``fallbacks`` counts the cycles without a model plan by reason); TTFT and ITL p50/p99, and
+queue time. The fallback keeps deadline misses near 0 as the fleet grows; what degrades is the
+share of the model's own plans. A server does not say how long a request waited
 for it, so queue time is estimated at the robot: a cycle's TTFT over the TTFT p50 of the smallest
 fleet measured (one robot when 1 is among the sizes), floored at 0.
 
@@ -145,10 +149,17 @@ def summarize_fleet(n: int, records: list[CycleRecord], *,
         d = distribution(values)
         return {"p50": d.p50, "p99": d.p99, "n": d.n}
 
+    model_plans = sum(1 for r in records if r.plan_source == "model")
+    fallback_plans = sum(1 for r in records if r.plan_source == "fallback")
+    fci = wilson_interval(fallback_plans, cycles)
     return {"robots": n, "cycles": cycles, "deadline_misses": misses,
             "miss_rate": misses / cycles if cycles else None,
             "miss_rate_ci95": list(ci) if ci else None,
-            "model_plans": sum(1 for r in records if r.plan_source == "model"),
+            "model_plans": model_plans,
+            "model_plan_rate": model_plans / cycles if cycles else None,
+            "fallback_plans": fallback_plans,
+            "fallback_rate": fallback_plans / cycles if cycles else None,
+            "fallback_rate_ci95": list(fci) if fci else None,
             "fallbacks": reasons, "ttft_ms": pp(ttft), "itl_ms": pp(itl),
             "queue_ms": pp(queue), "queue_basis_ttft_p50_ms": ttft_alone_ms}
 

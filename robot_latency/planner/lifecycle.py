@@ -214,6 +214,8 @@ class PlannerRun:
             "device": {"host": cfg.host_device, "target": cfg.target_device},
             "floor": self.floor.manifest() if self.floor is not None else None,
             "config": cfg.settings.loop_config(),
+            # fixed, or learned from the loop's lateness (the value now: at the end, the last)
+            "publish_margin": self.loop.publish_margin.summary(),
             "profile": self.planning.describe(),
             "cpu_budget": {**cfg.cpu.to_dict(), **self.loop_thread,
                            "engine_cpus_in_effect": self.runner.worker_cpus},
@@ -253,6 +255,7 @@ class PlannerRun:
         summary["engine_restarts"] = self.runner.restarts
         summary["records_not_written"] = self.loop.sink_errors
         summary["transport_margin"] = self.loop.transport.summary()
+        summary["publish_margin"] = self.loop.publish_margin.summary()
         write_summary(summary, self.log_dir / "summary.json")
         self._write_manifest(status="finished")
         return summary

@@ -9,6 +9,14 @@ One cycle::
 
 The loop reads one injected clock. Latency counts from the scheduled start, and ticks whose
 deadline passed while an earlier cycle overran are recorded as skipped misses, not dropped.
+
+Where the deadline starts: at the tick (periodic mode) or the command's arrival (event mode),
+except for a command whose sender stamped its send on this clock (the client edge's tagged
+commands): the receiver counts its deadline from the send, so the first cycle that plans it
+does too, in both modes. In periodic mode the tick then only decides *when* it is planned: the
+wait for the tick is spent out of the command's budget and shows as the cycle's queue phase.
+A command whose budget is gone by the time it is planned (an old stamp, a long wait for the
+tick) keeps its lateness: it is answered at once by the fallback and recorded as missed.
 """
 
 from __future__ import annotations
@@ -17,14 +25,20 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
-from robot_latency.planner.mailbox import InboundCommand, Mailbox
-from robot_latency.planner.margin import TransportMargin
+from robot_latency.planner.mailbox import (
+    InboundCommand,
+    Mailbox,
+    Withdrawals,
+    is_withdrawn,
+    withdrawal_interrupt,
+)
+from robot_latency.planner.margin import PublishMargin, TransportMargin
 from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop's runners)
     InlineRunner,
     Interrupt,
@@ -46,23 +60,6 @@ PARTIAL_TRACE_WAIT_NS = 200_000_000
 
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
-
-
-class Withdrawals(Protocol):
-    """Commands their sender can withdraw (a ROS action goal's cancel), as the loop asks."""
-
-    def tracks(self, command_id: str) -> bool:
-        """Whether ``command_id`` can be withdrawn at all (its generation is then watched)."""
-        ...
-
-    def is_withdrawn(self, command_id: str) -> bool:
-        """Whether the sender no longer wants a plan for ``command_id`` (thread-safe)."""
-        ...
-
-    def dropped(self, command_id: str) -> None:
-        """Told (from the loop's thread) when the loop gave a withdrawn command up: nothing is
-        published for it, its cycle is recorded as ``cancelled``."""
-        ...
 
 
 def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
@@ -139,11 +136,12 @@ class PlannerLoop:
         self._last_plan_ns: int | None = None
         #: the transport margin (fixed, or measured from samples the ROS node adds)
         self.transport = TransportMargin(config.margin_settings())
+        #: the loop's own share (fixed, or learned from its lateness at the give-up time)
+        self.publish_margin = PublishMargin(config.publish_margin_settings())
         #: set by the driver of an event-mode run with on_new_command=preempt: True while a
         #: newer command waits (the running generation is then aborted)
         self.newer_command_waiting: Interrupt | None = None
-        #: set by a source whose commands can be withdrawn: a withdrawn command's generation is
-        #: aborted, nothing is published for it, and periodic ticks stop re-planning it
+        #: set by a source whose commands can be withdrawn (aborted, nothing published for it)
         self.withdrawals: Withdrawals | None = None
         #: the command of the cycle running now (None between cycles); read by other threads
         self.running: InboundCommand | None = None
@@ -161,34 +159,34 @@ class PlannerLoop:
 
     def run_cycle(self, cycle: int, scheduled_ns: int,
                   command: InboundCommand | None) -> CycleRecord:
-        """Run one cycle for ``command`` (None: nothing to plan) and return its record."""
+        """Run one cycle for ``command`` (None: nothing to plan) and return its record.
+
+        ``scheduled_ns`` is the tick (periodic mode) or the command's start (event mode). The
+        first cycle for a command stamped with its send counts from that send instead, where
+        it is earlier (see the module docstring).
+        """
         self.running = command
         try:
             return self._run_cycle(cycle, scheduled_ns, command)
         finally:
             self.running = None
 
-    def _withdrawn(self, command: InboundCommand | None) -> bool:
-        return (command is not None and self.withdrawals is not None
-                and self.withdrawals.is_withdrawn(command.command_id))
-
-    def _deadline_ns(self, command: InboundCommand | None) -> int:
-        """The cycle's deadline budget: the command's own when it asked for a shorter one."""
-        own = command.deadline_ns if command is not None else None
-        return self.config.deadline_ns if not own else min(own, self.config.deadline_ns)
-
     def _run_cycle(self, cycle: int, scheduled_ns: int,
                    command: InboundCommand | None) -> CycleRecord:
         cfg = self.config
         started = self.clock()
-        budget_ns = self._deadline_ns(command)
-        deadline = scheduled_ns + budget_ns
-        margin = cfg.margin_ns + self.transport.margin_ns()
-        give_up = deadline - margin
-        self._waited_to_give_up = False
+        tick_ns = scheduled_ns
         # Reaction latency belongs to the first cycle that plans a command; later ticks that
         # re-plan the same command (periodic mode) are not reactions to it.
         first_for_command = command is not None and command.command_id != self._last_command_id
+        if first_for_command and command is not None and command.sent_ns is not None:
+            scheduled_ns = min(scheduled_ns, command.start_ns)
+        budget_ns = command.budget_ns(cfg.deadline_ns) if command else cfg.deadline_ns
+        deadline = scheduled_ns + budget_ns
+        publish_margin = self.publish_margin.margin_ns()
+        margin = publish_margin + self.transport.margin_ns()
+        give_up = deadline - margin
+        self._waited_to_give_up = False
         rec = CycleRecord(run_id=self.run_id, cycle=cycle, scheduled_ns=scheduled_ns,
                           deadline_ns=deadline, started_ns=started, mode=cfg.mode,
                           command_id=command.command_id if command else None,
@@ -205,7 +203,7 @@ class PlannerLoop:
         problem = None if text is None else self._command_problem(text)
         if text is None:
             reason = "no_command"
-        elif self._withdrawn(command):
+        elif is_withdrawn(self.withdrawals, command):
             reason = "cancelled"
         elif problem is not None:
             log.warning("cycle %d, command %s: %s; falling back", cycle, rec.command_id, problem)
@@ -218,7 +216,7 @@ class PlannerLoop:
             state = command.state if command is not None and command.state is not None \
                 else self._state
             plan, reason = self._ask_model(rec, text, state, give_up)
-        if reason != "cancelled" and self._withdrawn(command):
+        if reason != "cancelled" and is_withdrawn(self.withdrawals, command):
             reason = "cancelled"  # withdrawn while the model or the fallback answered
         if reason in ("superseded", "cancelled"):
             # on_new_command=preempt: a newer command arrived and the generation was aborted.
@@ -228,7 +226,7 @@ class PlannerLoop:
             rec.plan_source, rec.fallback_reason = "none", reason
             if reason == "cancelled" and command is not None and self.withdrawals is not None:
                 self.withdrawals.dropped(command.command_id)
-            self._collect_partial(rec)
+            self._collect_partial(rec, tick_ns)
             self._write(rec)
             self.cycles_run += 1
             return rec
@@ -257,11 +255,15 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
-        if self._waited_to_give_up and self.transport.measured:
-            # how far the loop itself ate into the transport margin after waking at its give-up
-            # time (wake-up, fallback); not a cycle that started late (that is queueing)
-            self.transport.add_loop_excess(published - (deadline - (margin - cfg.margin_ns)))
-        self._collect_partial(rec)
+        if self._waited_to_give_up:
+            # how late the loop itself published after waking at its give-up time (wake-up,
+            # fallback, publish call): the learned publish margin's sample; past its own
+            # margin it ate into the transport's. Not a cycle that started late (queueing).
+            if self.publish_margin.measured:
+                self.publish_margin.add(published - give_up)
+            if self.transport.measured:
+                self.transport.add_loop_excess(published - (give_up + publish_margin))
+        self._collect_partial(rec, tick_ns)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
             self._last_plan, self._last_plan_ns = plan, published
         self._write(rec)
@@ -283,13 +285,7 @@ class PlannerLoop:
                                     messages=self.planning.messages(text, state))
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
-        withdrawals, cid = self.withdrawals, rec.command_id
-        if withdrawals is not None and cid is not None and withdrawals.tracks(cid):
-            newer = interrupt
-
-            def interrupt() -> bool:  # a withdrawn command's generation is aborted too
-                return withdrawals.is_withdrawn(cid) or (newer is not None and newer())
-
+        interrupt = withdrawal_interrupt(self.withdrawals, rec.command_id, interrupt)
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         trace = outcome.trace
         self._partial_pending = trace is None and outcome.status in ("timeout", "preempted")
@@ -321,14 +317,15 @@ class PlannerLoop:
             return None, "invalid_output"
         return plan, None
 
-    def _collect_partial(self, rec: CycleRecord) -> None:
+    def _collect_partial(self, rec: CycleRecord, tick_ns: int) -> None:
         """Copy the partial trace of a generation given up on into its record.
 
         Called after the plan is published, so it costs no cycle its deadline: the worker's
         engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort
         latency during a long prefill") with the trace so far (prefill chunks, tokens), later
         on a loaded machine where the niced worker waits for a core. Waits at most
-        :attr:`partial_trace_wait_ns` (and in periodic mode not past the next tick); a worker
+        :attr:`partial_trace_wait_ns` (and in periodic mode not past the tick after
+        ``tick_ns``, this cycle's); a worker
         that does not answer by then is the next cycle's to wait for, and the record keeps what
         it has.
         """
@@ -337,7 +334,7 @@ class PlannerLoop:
         self._partial_pending = False
         until = self.clock() + self.partial_trace_wait_ns
         if self.config.mode == "periodic":
-            until = min(until, rec.scheduled_ns + self.config.period_ns)
+            until = min(until, tick_ns + self.config.period_ns)
         trace = self.runner.collect_aborted(until)
         if trace is not None:
             self._copy_trace(rec, clip_trace(trace, self._given_up_ns))
@@ -399,7 +396,7 @@ class PlannerLoop:
             newest = self.mailbox.take()
             if newest is not None:
                 self._current = newest
-            if self._current is not None and self._withdrawn(self._current) \
+            if self._current is not None and is_withdrawn(self.withdrawals, self._current) \
                     and self._current.command_id == self._last_command_id:
                 self._current = None  # withdrawn after its cycles: no longer re-planned
             self.run_cycle(self._take_cycle_id(), scheduled, self._current)
@@ -420,7 +417,9 @@ class PlannerLoop:
                    should_stop: Callable[[], bool] | None = None) -> int:
         """Event mode: each command starts a cycle at its arrival (commands in arrival order).
 
-        A command whose deadline passed before the loop was free is recorded as a skipped miss.
+        A command whose deadline passed while it waited for the loop is recorded as a skipped
+        miss. One already past its deadline when it arrived (a stamp older than the deadline)
+        keeps its lateness: it is answered at once (the fallback) and recorded as missed.
         With ``on_new_command: preempt``, a command that arrives while the model works on the
         previous one aborts that generation (the previous command is recorded as superseded):
         for a list of commands the loop sees the next arrival time itself; a live source (an
@@ -439,7 +438,8 @@ class PlannerLoop:
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
-            if self.clock() >= command.start_ns + self._deadline_ns(command):
+            expires_ns = command.start_ns + command.budget_ns(self.config.deadline_ns)
+            if command.arrival_ns < expires_ns <= self.clock():
                 self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
                               arrival_ns=command.arrival_ns)
             else:

@@ -29,6 +29,15 @@ deadline.
 
 The estimator is thread-safe: samples come from the middleware's executor thread, the margin is
 read by the loop's thread once per cycle.
+
+The publish margin (the loop's own share: its wake-up at the give-up time, the fallback and the
+publish call) is learned by the same estimator where ``publish_margin_ms < 0`` (the CLI's
+``run`` default): :class:`PublishMargin` takes, every cycle the loop waited for the model until
+its give-up time, how late after it the plan was published, and keeps the largest of the newest
+``window`` plus the slack, between :data:`PUBLISH_FLOOR_MS` and half the deadline. A p99 would
+leave one cycle in a hundred late by construction; the largest is what "no late plan" needs.
+Until a sample is in it is :data:`PUBLISH_START_MS`, the fixed margin that kept the overshoot
+p99 at 0 unpinned (docs/BENCHMARKS.md, "Planner loop: overshoot").
 """
 
 from __future__ import annotations
@@ -43,6 +52,12 @@ from typing import Any
 LEGS = 2
 #: Added to the estimate (ns): what the samples' resolution and the receiver's own callback miss.
 SLACK_NS = 500_000
+#: A learned publish margin starts here (ms), before the loop has seen its own lateness ...
+PUBLISH_START_MS = 5.0
+#: ... and never goes below this (ms): the fixed default, the fallback's and publish call's time.
+PUBLISH_FLOOR_MS = 2.0
+#: Newest wake-up samples a learned publish margin keeps the largest of.
+PUBLISH_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class MarginSettings:
         cap_ms: nor above this (and it is the margin before enough samples arrived).
         window: newest samples the estimate is computed over.
         min_samples: samples needed before the estimate replaces the cap.
+        start_ms: the margin before ``min_samples`` arrived (None: the cap).
     """
 
     fixed_ms: float = 0.0
@@ -62,6 +78,17 @@ class MarginSettings:
     cap_ms: float = 50.0
     window: int = 256
     min_samples: int = 8
+    start_ms: float | None = None
+
+
+def publish_margin_settings(publish_margin_ms: float, deadline_ms: float) -> MarginSettings:
+    """The publish margin's settings: fixed when ``publish_margin_ms >= 0``, else learned
+    (:class:`PublishMargin`): from :data:`PUBLISH_START_MS`, within :data:`PUBLISH_FLOOR_MS`
+    and half the deadline."""
+    cap_ms = deadline_ms / 2
+    return MarginSettings(fixed_ms=publish_margin_ms, floor_ms=min(PUBLISH_FLOOR_MS, cap_ms),
+                          cap_ms=cap_ms, window=PUBLISH_WINDOW, min_samples=1,
+                          start_ms=min(PUBLISH_START_MS, cap_ms))
 
 
 class TransportMargin:
@@ -135,7 +162,7 @@ class TransportMargin:
             enough = max(len(self._samples), len(self._round_trips)) >= s.min_samples
         p99, round_trip = self.p99_ns(), self.round_trip_p99_ns()
         if not enough or (p99 is None and round_trip is None):
-            return cap_ns
+            return cap_ns if s.start_ms is None else round(s.start_ms * 1e6)
         legs = max(LEGS * (p99 or 0), round_trip or 0)
         estimate = legs + self.loop_excess_p99_ns() + SLACK_NS
         return max(floor_ns, min(cap_ns, estimate))
@@ -152,4 +179,41 @@ class TransportMargin:
                 "round_trips_in_window": n_round_trips,
                 "loop_excess_p99_ms": self.loop_excess_p99_ns() / 1e6,
                 "transport_samples": self.total_samples,
+                "floor_ms": self.settings.floor_ms, "cap_ms": self.settings.cap_ms}
+
+
+class PublishMargin(TransportMargin):
+    """The loop's own share of the margin (wake-up, fallback, publish call), fixed or learned.
+
+    Learned (``settings.fixed_ms < 0``): fed by the loop with ``published - give_up`` of every
+    cycle it waited for the model until its give-up time (:meth:`add`); the margin is the
+    largest of the newest ``window`` such samples plus :data:`SLACK_NS`, clamped to
+    ``[floor, cap]``, and ``start_ms`` until the first sample (see the module docstring).
+    """
+
+    def margin_ns(self) -> int:
+        """The publish margin for the next cycle (ns)."""
+        s = self.settings
+        if s.fixed_ms >= 0:
+            return round(s.fixed_ms * 1e6)
+        with self._lock:
+            worst = max(self._samples) if len(self._samples) >= s.min_samples else None
+        if worst is None:
+            return round((s.start_ms if s.start_ms is not None else s.cap_ms) * 1e6)
+        return max(round(s.floor_ms * 1e6), min(round(s.cap_ms * 1e6), worst + SLACK_NS))
+
+    def max_ns(self) -> int | None:
+        """The largest wake-up sample in the window, None without any."""
+        with self._lock:
+            return max(self._samples) if self._samples else None
+
+    def summary(self) -> dict[str, Any]:
+        """What the manifest and the summary say about the publish margin."""
+        worst, p99 = self.max_ns(), self.p99_ns()
+        return {"publish_margin": "learned" if self.measured else "fixed",
+                "publish_margin_ms": self.margin_ns() / 1e6,
+                "wake_late_p99_ms": None if p99 is None else p99 / 1e6,
+                "wake_late_max_ms": None if worst is None else worst / 1e6,
+                "wake_samples": self.total_samples,
+                "start_ms": self.settings.start_ms,
                 "floor_ms": self.settings.floor_ms, "cap_ms": self.settings.cap_ms}

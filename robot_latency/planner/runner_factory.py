@@ -42,7 +42,7 @@ def make_runner(cfg: ResolvedRun, clock: Clock = DEFAULT_CLOCK) -> Runner:
                                hang_timeout_ms=cfg.settings.hang_timeout_ms, clock=clock,
                                worker_nice=cfg.cpu.engine_nice,
                                worker_cpus=cfg.cpu.resolved_engine_cpus(),
-                               spin_ms=cfg.cpu.spin_ms)
+                               spin_ms=cfg.cpu.spin_ms, nap_ms=cfg.cpu.nap_ms)
         runner.start()
         return runner
     except (EngineError, RuntimeError) as err:

@@ -93,12 +93,15 @@ class ProcessRunner:
         worker_cpus: CPUs the worker may run on (None: any); leave one to the loop.
         spin_ms: the last stretch before a give-up time is waited by polling without blocking
             (a blocking poll wakes up to 1 ms late); costs that much CPU on the loop's core.
+        nap_ms: sleep this long between two polls of that stretch (0: spin; see
+            :attr:`~robot_latency.planner.budget.CpuBudget.nap_ms`).
     """
 
     def __init__(self, engine_name: str, options: dict[str, Any] | None = None, *,
                  hang_timeout_ms: float = DEFAULT_HANG_TIMEOUT_MS, load_timeout_s: float = 600.0,
                  clock: Clock = DEFAULT_CLOCK, worker_nice: int = 5,
-                 worker_cpus: tuple[int, ...] | None = None, spin_ms: float = 1.5) -> None:
+                 worker_cpus: tuple[int, ...] | None = None, spin_ms: float = 1.5,
+                 nap_ms: float = 0.0) -> None:
         self.engine_name = engine_name
         self.options = dict(options or {})
         self.hang_timeout_ns = int(hang_timeout_ms * 1e6)
@@ -107,6 +110,7 @@ class ProcessRunner:
         self.worker_nice = worker_nice
         self.worker_cpus = worker_cpus
         self.spin_ns = int(spin_ms * 1e6)
+        self.nap_s = nap_ms / 1e3
         self._ctx = mp.get_context("spawn")  # no fork of the loop's threads or a loaded model
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -410,6 +414,8 @@ class ProcessRunner:
                 continue
             if self._conn.poll(0):
                 return True
+            if self.nap_s:
+                time.sleep(min(self.nap_s, remaining / 1e9))
 
     def request_abort(self) -> None:
         """Ask the worker to stop the generation in progress (thread-safe; e.g. a hedged

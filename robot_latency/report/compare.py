@@ -23,9 +23,10 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``deadline_misses``, ``deadline_miss_rate``, ``deadline_miss_ci95_lo``, ``deadline_miss_ci95_hi``
                             plan not published by the deadline (late or skipped), Wilson 95%
 ``model_misses``, ``model_miss_rate``, ``model_miss_ci95_lo``, ``model_miss_ci95_hi``
-                            the model did not deliver and a fallback answered (see
-                            :mod:`robot_latency.report.diagnose`), Wilson 95%
-``fallbacks``, ``fallback_rate``   cycles answered by a fallback, for any reason
+                            the model did not deliver and a fallback answered, for any
+                            reason (see :mod:`robot_latency.report.diagnose`), Wilson 95%
+``fallbacks``, ``fallback_rate``   cycles answered by a fallback, for any reason (the same
+                            count as ``model_misses``: every fallback is a model miss)
 ``reference``               the label of the reference configuration
 ``agreement``               fraction of commands whose model plan equals the reference's
 ``agreement_n``             commands compared (both runs have a model plan for them)

@@ -6,10 +6,11 @@ Two kinds of miss (docs/REFERENCE.md, "Tail latency"; both are counted, neither 
   the deadline: published late, or the cycle was skipped after an overrun. This is the same
   count as ``summary.json``'s ``deadline_misses`` (``not record.deadline_met``).
 * **model miss** (``model_misses``): the model did not deliver the plan, and a fallback
-  answered instead: ``plan_source == "fallback"`` with ``fallback_reason`` in
-  :data:`MODEL_MISS_REASONS` (out of time, engine error, engine unavailable). A model miss
-  answered in time is *not* a deadline miss; that is the fallback doing its job. Fallbacks for
-  other reasons (invalid output, bad or no command) are neither: they are not about latency.
+  answered instead: ``plan_source == "fallback"``, whatever the ``fallback_reason`` (out of
+  time, engine error or unavailable, a server unreachable, failing or malformed, invalid
+  output, a bad or no command). Every fallback is a model miss, so the model-miss count equals
+  the fallback count in every table. A model miss answered in time is *not* a deadline miss;
+  that is the fallback doing its job.
 
 Every cycle that is either kind of miss is attributed to exactly one cause, by the first rule
 that matches, in this order (thresholds are module constants):
@@ -17,23 +18,31 @@ that matches, in this order (thresholds are module constants):
 1. ``skipped``: the cycle was skipped (the loop was still busy with an earlier one).
 2. ``superseded``: a newer command preempted the generation (``on_new_command: preempt``); the
    command got no plan of its own.
-3. ``engine_fault``: ``engine_error`` is set, or the fallback reason is ``engine_error`` or
-   ``engine_unavailable``.
-4. ``host_steal``: a hypervisor stopped this virtual machine during the cycle
+3. ``engine_fault``: ``engine_error`` is set, or the fallback reason is one of
+   :data:`ENGINE_FAULT_REASONS` (the engine failed or was not loaded; the server was
+   unreachable, answered an error or a malformed stream).
+4. ``invalid_output``: the model's output did not parse or validate (fallback reason
+   ``invalid_output``).
+5. ``bad_command``: the command itself could not be planned for (fallback reason
+   ``bad_command`` or ``no_command``).
+6. ``host_steal``: a hypervisor stopped this virtual machine during the cycle
    (``host_steal_ns``, Linux's steal counter): at least as long as the plan was late (a late
    publish), or for over :data:`STEAL_SHARE` of the deadline budget (a model miss). Nothing
    inside the guest causes or prevents it; a Jetson never shows it.
-5. ``publish_late``: published late although the model's last token came by the deadline; the
+7. ``publish_late``: published late although the model's last token came by the deadline; the
    time went after the model (parsing, grammar, fallback, publishing), not in it.
-6. ``queueing``: the queue wait (scheduled to started, plus ``worker_wait``: the engine worker
+8. ``queueing``: the queue wait (scheduled to started, plus ``worker_wait``: the engine worker
    still finishing an earlier, aborted generation) exceeds :data:`QUEUE_SHARE` of the deadline
    budget.
-7. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
+9. ``stall``: one inter-token gap of the cycle exceeds :data:`STALL_FACTOR` x the run's median
    inter-token gap.
-8. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
+10. ``prefill_too_long``: the prefill phase exceeds :data:`PREFILL_SHARE` of the deadline budget,
    or no token came at all before the cycle gave up (the whole budget went before the first
    token).
-9. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
+11. ``decode_too_slow``: everything else: tokens came steadily, just too slowly or too many.
+
+The tail verdict (E2E against TPOT p99/p50) needs :data:`TAIL_MIN_SAMPLES` samples of each;
+with fewer it says so (:data:`VERDICT_TOO_FEW`) instead of judging the tail.
 
 The deadline budget is each record's own (``deadline_ns - scheduled_ns``) unless ``deadline_ms``
 is given.
@@ -54,11 +63,12 @@ from robot_latency.records import CycleRecord
 log = logging.getLogger(__name__)
 
 #: Causes a miss is attributed to, in rule order.
-CAUSES = ("skipped", "superseded", "engine_fault", "host_steal", "publish_late", "queueing",
-          "stall", "prefill_too_long", "decode_too_slow")
+CAUSES = ("skipped", "superseded", "engine_fault", "invalid_output", "bad_command", "host_steal",
+          "publish_late", "queueing", "stall", "prefill_too_long", "decode_too_slow")
 
-#: Fallback reasons that mean the model did not deliver (a "model miss").
-MODEL_MISS_REASONS = ("deadline", "engine_error", "engine_unavailable")
+#: Fallback reasons of an engine or server that failed (the ``engine_fault`` cause).
+ENGINE_FAULT_REASONS = ("engine_error", "engine_unavailable", "server_unreachable",
+                        "server_error", "server_malformed")
 
 #: Hypervisor steal above this fraction of the deadline budget makes a model miss "host_steal".
 STEAL_SHARE = 0.1
@@ -76,8 +86,15 @@ E2E_OVER_TPOT = 1.5
 
 VERDICT_UNSTABLE = "per-token decode itself is unstable"
 VERDICT_LENGTH = "length variance or prefill/queueing, not a slow decoder"
+#: Fewest E2E and TPOT samples (each) behind a tail verdict. Below 100 samples numpy's p99
+#: (linear interpolation) lies between the two largest samples, so p99/p50 is little more than
+#: max/median: one slow cycle, not a tail.
+TAIL_MIN_SAMPLES = 100
+
 VERDICT_TIGHT = "tight tail: E2E and TPOT p99/p50 are both small"
 VERDICT_NO_DATA = "not enough data (needs E2E and TPOT samples)"
+VERDICT_TOO_FEW = (f"too few samples for a tail verdict (needs at least {TAIL_MIN_SAMPLES} "
+                   "E2E and TPOT samples each)")
 
 #: Phases in the order they run in a cycle; others follow alphabetically.
 PHASE_ORDER = ("queue", "worker_wait", "tokenize", "prefill", "decode", "grammar", "abort",
@@ -93,8 +110,8 @@ def is_deadline_miss(rec: CycleRecord) -> bool:
 
 
 def is_model_miss(rec: CycleRecord) -> bool:
-    """The model did not deliver and a fallback answered (see the module docstring)."""
-    return rec.plan_source == "fallback" and rec.fallback_reason in MODEL_MISS_REASONS
+    """The model did not deliver and a fallback answered, for any reason (module docstring)."""
+    return rec.plan_source == "fallback"
 
 
 def _ms(values_ns: Sequence[float]) -> list[float]:
@@ -209,6 +226,8 @@ def _tail_ratio(records: Sequence[CycleRecord]) -> TailRatio:
     e2e_ratio, tpot_ratio = _ratio(e2e99, e2e50), _ratio(tp99, tp50)
     if e2e_ratio is None or tpot_ratio is None:
         verdict = VERDICT_NO_DATA
+    elif min(len(e2e), len(tpot)) < TAIL_MIN_SAMPLES:
+        verdict = VERDICT_TOO_FEW
     elif tpot_ratio >= TPOT_UNSTABLE_RATIO:
         verdict = VERDICT_UNSTABLE
     elif e2e_ratio >= E2E_OVER_TPOT * tpot_ratio:
@@ -290,8 +309,12 @@ def attribute_cause(rec: CycleRecord, *, median_itl_ns: float | None,
         return "skipped"
     if rec.fallback_reason == "superseded":
         return "superseded"
-    if rec.engine_error or rec.fallback_reason in ("engine_error", "engine_unavailable"):
+    if rec.engine_error or rec.fallback_reason in ENGINE_FAULT_REASONS:
         return "engine_fault"
+    if rec.fallback_reason == "invalid_output":
+        return "invalid_output"
+    if rec.fallback_reason in ("bad_command", "no_command"):
+        return "bad_command"
     if rec.host_steal_ns and rec.published_ns is not None:
         late = rec.published_ns - rec.deadline_ns
         explained = (rec.host_steal_ns >= late if late > 0

@@ -8,6 +8,7 @@ of :data:`robot_latency.report.plots.PLOTS` (those with data), and the compariso
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -51,6 +52,35 @@ _PLOT_TITLES = {
     "measured_vs_predicted.png": "Measured vs predicted ITL",
     "reaction_cdf.png": "Reaction time CDF: client edge against planner",
 }
+
+
+#: What ``robot-latency run`` (and the demo, for all its runs) writes about the host's load
+#: over a run (robot_latency/hostcheck/load.py, a layer above: its name is repeated here).
+HOST_LOAD_FILE = "host_load.json"
+
+
+def host_load_warning(run_dir: str | os.PathLike[str]) -> str | None:
+    """Return the overload warning recorded for a run: its directory's ``host_load.json``, else
+    its parent's (a demo's or sweep's, for all its runs); None when there is none or the host
+    was not overloaded."""
+    for where in (Path(run_dir), Path(run_dir).parent):
+        path = where / HOST_LOAD_FILE
+        if not path.is_file():
+            continue
+        try:
+            return json.loads(path.read_text()).get("warning")
+        except (OSError, ValueError, AttributeError) as err:
+            log.warning("%s: cannot read: %s", path, err)
+            return None
+    return None
+
+
+def _host_lines(runs: Sequence[RunData], warnings: Sequence[str | None]) -> list[str]:
+    lines = []
+    for run, warning in zip(runs, warnings, strict=True):
+        if warning:
+            lines += [f"> **Host overloaded** ({run.label}): {warning}.", ""]
+    return lines
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -137,9 +167,16 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
 def render_report(runs: Sequence[RunData], table_md: str,
                   plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
                   edges: Sequence[EdgeComparison] = (), reference_note: str = "",
-                  target_lines: Sequence[str] = ()) -> str:
-    """Return the report's Markdown text; plot links are relative to the report."""
+                  target_lines: Sequence[str] = (),
+                  host_warnings: Sequence[str | None] = ()) -> str:
+    """Return the report's Markdown text; plot links are relative to the report.
+
+    ``host_warnings``: per run, its overload warning (:func:`host_load_warning`) or None; a
+    warning opens the report, before any figure.
+    """
     lines = ["# Latency report", ""]
+    if host_warnings:
+        lines += _host_lines(runs, host_warnings)
     asap = [r.label for r in runs if replay_mode(r) == "asap"]
     if asap:
         lines += [f"> **As-fast-as-possible replay** (not at recorded times): {', '.join(asap)}. "
@@ -151,7 +188,8 @@ def render_report(runs: Sequence[RunData], table_md: str,
     lines += [
               "Rates are fractions of all cycles with Wilson 95% intervals. A *deadline miss* is a "
               "plan published late or a skipped cycle; a *model miss* is a cycle the model did "
-              "not deliver and a fallback answered. Floor efficiency = host ITL floor / measured "
+              "not deliver and a fallback answered, whatever the reason (every fallback is a "
+              "model miss). Floor efficiency = host ITL floor / measured "
               "ITL p50. Data: [comparison.csv](comparison.csv), "
               "[comparison.json](comparison.json).", ""]
     lines += edge_section(edges)
@@ -168,7 +206,9 @@ def render_report(runs: Sequence[RunData], table_md: str,
             lines += [f"![{_PLOT_TITLES.get(name, name)}]({name})", ""]
     lines += ["## Tail diagnosis", "",
               "Each miss is attributed to the first matching cause: skipped; superseded (a newer "
-              "command preempted it); engine_fault; "
+              "command preempted it); engine_fault (the engine failed, or the server was "
+              "unreachable, failing or malformed); invalid_output (the model's output did not "
+              "validate); bad_command (a bad or no command); "
               "host_steal (a hypervisor stopped the machine for at least the lateness, or for "
               f"> {STEAL_SHARE:.0%} of the deadline); publish_late (the model's last token "
               "came in time, the plan went out late); "
@@ -219,7 +259,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
     target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=target_section(levels, rows, target_plot))
+                         target_lines=target_section(levels, rows, target_plot),
+                         host_warnings=[host_load_warning(d) for d in run_dirs])
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

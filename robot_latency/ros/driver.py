@@ -69,8 +69,10 @@ class PlannerDriver:
         """Stamp a command's arrival now (the loop's clock) and hand it to the loop.
 
         ``command_id``: the sender's id for it (a tagged command); None: the next own id.
-        ``sent_ns``: when the sender sent it, on the loop's clock (a stamped tagged command); a
-        stamp after the arrival or more than a deadline before it is not believed (dropped).
+        ``sent_ns``: when the sender sent it, on the loop's clock (a stamped tagged command);
+        a stamp after the arrival is not believed (dropped). A stamp older than the deadline is
+        kept: the command is already late at its receiver, and its cycle says so (answered at
+        once by the fallback, recorded as missed) instead of granting it a fresh budget.
         ``state``: robot state text sent with it (None: the loop's latest). ``deadline_ns``:
         the deadline its sender asked for (None: the loop's; never longer than the loop's).
         """
@@ -78,7 +80,7 @@ class PlannerDriver:
         if command_id is None:
             with self._ids_lock:
                 command_id = f"{self.id_prefix}{next(self._ids)}"
-        if sent_ns is not None and not 0 <= arrival - sent_ns <= self.loop.config.deadline_ns:
+        if sent_ns is not None and sent_ns > arrival:
             sent_ns = None
         command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns, state=state,
                                  deadline_ns=deadline_ns)

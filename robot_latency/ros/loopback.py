@@ -14,13 +14,17 @@ executor), fed into the loop's :class:`~robot_latency.planner.margin.TransportMa
   receiver's own executor and scheduling delay in it.
 
 Both run in the node's executor thread, as a receiver's callback would. The probe exists only
-when the margin is measured (``transport_margin_ms < 0``).
+when the margin is measured (``transport_margin_ms < 0``). The publish times are noted from the
+loop's thread and matched from the executor's: one lock guards them (an unguarded eviction
+iterating the dict while the executor popped from it raised ``RuntimeError`` in the loop's
+publish and lost that cycle's plan).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,8 +86,11 @@ class TransportProbe:
         self.pings_received = 0
         self.plans_received = 0
         self.acks_received = 0
+        #: publish times forgotten unmatched (more than _MAX_PENDING plans waiting): plans, acks
+        self.evicted = {"plans": 0, "acks": 0}
         self._sent: dict[int, int] = {}
         self._sent_for_ack: dict[int, int] = {}
+        self._pending_lock = threading.Lock()  # _sent and _sent_for_ack: two threads use them
         self._probe_pub = node.create_publisher(String, PROBE_TOPIC, _qos())
         self._probe_sub = node.create_subscription(String, PROBE_TOPIC, self._on_probe, _qos())
         self._plan_sub = node.create_subscription(plan_type, plan_topic, self._on_plan, _qos())
@@ -94,10 +101,16 @@ class TransportProbe:
         """Note the time just before the plan of ``cycle`` is published (the loop's thread)."""
         if isinstance(cycle, int):
             now = self.clock()
-            for pending in (self._sent, self._sent_for_ack):
-                if len(pending) >= _MAX_PENDING:
-                    pending.pop(next(iter(pending)), None)
-                pending[cycle] = now
+            with self._pending_lock:
+                for kind, pending in (("plans", self._sent), ("acks", self._sent_for_ack)):
+                    if len(pending) >= _MAX_PENDING:
+                        pending.pop(next(iter(pending)))  # the oldest noted
+                        self.evicted[kind] += 1
+                    pending[cycle] = now
+
+    def _take(self, pending: dict[int, int], cycle: int) -> int | None:
+        with self._pending_lock:
+            return pending.pop(cycle, None)
 
     def _add(self, sample_ns: int) -> None:
         margin = self.margin()
@@ -130,7 +143,7 @@ class TransportProbe:
     def _on_plan(self, msg: Any) -> None:
         now = self.clock()
         cycle = self._cycle_of(msg)
-        sent = self._sent.pop(cycle, None) if isinstance(cycle, int) else None
+        sent = self._take(self._sent, cycle) if isinstance(cycle, int) else None
         if sent is not None:
             self.plans_received += 1
             self._add(now - sent)
@@ -141,7 +154,7 @@ class TransportProbe:
             cycle = int(msg.data)
         except ValueError:
             return  # not an acknowledgement
-        sent = self._sent_for_ack.pop(cycle, None)
+        sent = self._take(self._sent_for_ack, cycle)
         margin = self.margin()
         if sent is not None and margin is not None:
             self.acks_received += 1

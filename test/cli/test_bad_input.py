@@ -34,6 +34,14 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "calibrate": (["calibrate", nope + "-run"], "nope-run"),
         "run": (["run", "--stream", nope + ".jsonl", "--out", str(tmp_path / "r")],
                 "nope.jsonl"),
+        "run --quant": (["run", "--stream", nope + ".jsonl", "--quant", "Q4_K", "--engine",
+                         "sim", "--out", str(tmp_path / "r")], "--quant: unknown level 'Q4_K'"),
+        "predict --quant": (["predict", "--model", "qwen2.5-0.5b", "--quant", "Q4_K"],
+                            "--quant: unknown level 'Q4_K'"),
+        "sweep --quants": (["sweep", "--stream", nope + ".jsonl", "--quants", "Q8_0,Q5_K",
+                            "--out", str(tmp_path / "s")], "--quants: unknown level 'Q5_K'"),
+        "floor --quant": (["floor", "--model", "qwen2.5-0.5b", "--quant", "q4_k"],
+                          "--quant: unknown level 'q4_k'"),
         "sweep": (["sweep", "--stream", nope + ".jsonl", "--out", str(tmp_path / "s")],
                   "nope.jsonl"),
         "report": (["report", nope + "-run"], "nope-run"),
@@ -45,7 +53,7 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "models onnx": (["models", "onnx", "--model", nope + ".gguf",
                          "--cache-dir", str(tmp_path / "cache")], "nope.gguf"),
         "streams make": (["streams", "make", "--out", str(tmp_path / "bag")], "--process"),
-        "demo": (["demo", "--out", str(full)], str(full)),
+        "demo": (["demo", "--out", str(full), "--quants", "Q8_0,Q4_K"], "Q4_K"),
         "doctor": (["doctor", "--params-file", nope + ".yaml"], "nope.yaml"),
         "fleet": (["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "1,x",
                    "--stream", nope + ".jsonl", "--out", str(tmp_path / "f")], "--robots"),
@@ -63,7 +71,9 @@ def leaf_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
 
 
 def test_the_table_covers_every_command(tmp_path: Path) -> None:
-    assert set(leaf_commands(build_parser())) == set(bad_argv(tmp_path)) | NO_INPUT
+    # Rows "command --flag" are a further bad value of a command already covered.
+    commands = {c for c in bad_argv(tmp_path) if "--" not in c}
+    assert set(leaf_commands(build_parser())) == commands | NO_INPUT
 
 
 def _files(tmp_path: Path) -> None:
@@ -84,3 +94,70 @@ def test_bad_input_is_one_line_and_exit_2(command: str, tmp_path: Path,
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith(f"robot-latency {argv[0]}: error: ") and needle in lines[0], err
+    assert (tmp_path / "full" / "x").exists()  # a refused command leaves a previous run alone
+
+
+def test_quant_levels_are_checked_alike_by_every_command(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    # predict once took Q4_K (a ggml type) silently and answered differently from Q4_K_M,
+    # while sweep refused Q5_K: now every command refuses both, with the same message.
+    messages = set()
+    for argv in (["predict", "--quant", "Q4_K"], ["floor", "--quant", "Q4_K"],
+                 ["run", "--stream", "s.jsonl", "--out", str(tmp_path / "r"), "--quant", "Q4_K"],
+                 ["sweep", "--stream", "s.jsonl", "--out", str(tmp_path / "s"),
+                  "--quants", "Q4_K"],
+                 ["doctor", "--quant", "Q4_K"], ["models", "ladder", "x.gguf", "--quants", "Q4_K"]):
+        assert main(argv) == 2
+        message = capsys.readouterr().err.split(": error: ", 1)[1]
+        messages.add(message.replace("--quants", "--quant"))
+    assert len(messages) == 1, messages
+    assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
+    # and a level in any case is the same level everywhere
+    assert main(["predict", "--quant", "q4_k_m", "--json"]) == 0
+    lower = capsys.readouterr().out
+    assert main(["predict", "--quant", "Q4_K_M", "--json"]) == 0
+    assert capsys.readouterr().out == lower
+
+
+def test_a_misspelled_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--stream", "s.jsonl", "--out", "o", "--dedline-ms", "80"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robot-latency run ") and "--deadline-ms" in err
+    assert "robot-latency run: error: unrecognized arguments: --dedline-ms 80" in err
+    with pytest.raises(SystemExit):
+        main(["models", "synth", "--shape", "qwen2.5-0.5b", "--sed", "1"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robot-latency models synth ")
+    assert "unrecognized arguments: --sed 1" in err
+    with pytest.raises(SystemExit):  # the top level's own misspelled flag: its usage
+        main(["--colour", "run", "--stream", "s.jsonl", "--out", "o"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robot-latency [-h]") and "--colour" in err
+
+
+def test_a_failed_start_leaves_no_run_directory(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    stream = tmp_path / "s.jsonl"
+    stream.write_text('{"t_ns": 0, "text": "stop"}\n')
+    fake = tmp_path / "notes.gguf"
+    fake.write_text("not a model")
+    out = tmp_path / "runs" / "mine"
+    assert main(["run", "--stream", str(stream), "--model", str(fake), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.gguf: not a GGUF file" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # nor the parent it would have created
+    sweep = tmp_path / "sweeps" / "mine"
+    assert main(["sweep", "--stream", str(stream), "--model", str(fake), "--devices",
+                 "orin-nano-8gb,orin-agx-64gb", "--out", str(sweep)]) == 2
+    assert "notes.gguf: not a GGUF file" in capsys.readouterr().err
+    assert not (tmp_path / "sweeps").exists()
+    # a directory that was there before is the user's: it stays, as it was
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", "--stream", str(stream), "--model", str(fake), "--out", str(out)]) == 2
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -42,6 +42,10 @@ def test_fleet_writes_runs_summaries_and_plot(llama_server: Any, tmp_path: Path,
         records = [read_records(Path(d) / "cycles.jsonl") for d in summary["run_dirs"]]
         assert summary["cycles"] == sum(len(r) for r in records)
         assert {"p50", "p99"} <= set(summary["ttft_ms"]) and summary["miss_rate_ci95"]
+        pooled = [r for recs in records for r in recs]
+        assert summary["model_plans"] == sum(1 for r in pooled if r.plan_source == "model")
+        assert summary["fallback_plans"] == sum(1 for r in pooled if r.plan_source == "fallback")
+        assert summary["fallback_rate"] == summary["fallback_plans"] / summary["cycles"]
         for i, recs in enumerate(records):
             ids = {r.command_id for r in recs if r.command_id}
             assert ids and all(c.startswith(f"r{i}:") for c in ids)
@@ -81,3 +85,38 @@ def test_fleet_refuses_bad_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     rc = main(["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "0,2",
                "--stream", str(_stream(tmp_path)), "--out", str(tmp_path / "f")])
     assert rc == 2 and "--robots" in capsys.readouterr().err
+
+
+def _cycle(i: int, source: str, *, late: bool = False) -> Any:
+    from robot_latency.records import CycleRecord
+
+    ms = 1_000_000
+    sched = i * 300 * ms
+    return CycleRecord(run_id="r", cycle=i, scheduled_ns=sched, deadline_ns=sched + 150 * ms,
+                       started_ns=sched, published_ns=sched + (160 if late else 140) * ms,
+                       token_ns=[] if source == "fallback" else [sched + 20 * ms, sched + 30 * ms],
+                       plan_source=source,
+                       fallback_reason="deadline" if source == "fallback" else None)
+
+
+def test_fleet_table_and_plot_show_model_plans_and_fallbacks(tmp_path: Path) -> None:
+    # The fallback keeps deadline misses at 0 while the model's share falls with N: the table
+    # and the plot must show that, not misses alone.
+    from robot_latency.cli.fleet import FLEET_HEADER, fleet_rows
+    from robot_latency.planner.fleet import summarize_fleet
+    from robot_latency.report.fleet_plot import plot_fleet
+
+    one = summarize_fleet(1, [_cycle(i, "model") for i in range(10)], ttft_alone_ms=20.0)
+    four = summarize_fleet(4, [_cycle(i, "model") for i in range(10)]
+                           + [_cycle(i, "fallback") for i in range(10, 40)], ttft_alone_ms=20.0)
+    assert one["miss_rate"] == four["miss_rate"] == 0.0
+    assert (one["model_plans"], one["fallback_plans"]) == (10, 0)
+    assert (four["model_plans"], four["fallback_plans"]) == (10, 30)
+    assert four["model_plan_rate"] == 0.25 and four["fallback_rate"] == 0.75
+    lo, hi = four["fallback_rate_ci95"]
+    assert lo < 0.75 < hi
+    rows = {r[0]: dict(zip(FLEET_HEADER, r, strict=True)) for r in fleet_rows([one, four])}
+    assert rows["4"]["model plans"] == "10 (25.0%)" and rows["4"]["fallbacks"] == "30 (75.0%)"
+    assert rows["4"]["deadline miss"] == "0.0%" and rows["1"]["fallbacks"] == "0 (0.0%)"
+    png = plot_fleet([four, one], tmp_path / "fleet.png", deadline_ms=150)
+    assert png.read_bytes().startswith(b"\x89PNG")

@@ -251,7 +251,7 @@ def test_predict_takes_a_gguf_files_ladder_level(tmp_path: Path, monkeypatch: py
     assert q8["itl_floor_ms"] < f32["itl_floor_ms"]  # fewer bytes per step at Q8_0
     assert (tmp_path / "cache" / "models" / "mine.Q8_0.gguf").is_file()
     err = _fails(capsys, "predict", "--model", str(own), "--quant", "Q4_KM")
-    assert "--quant Q4_KM: unknown quant 'Q4_KM'; valid: F32, F16, Q8_0" in err
+    assert "--quant: unknown level 'Q4_KM'; valid: F32, F16, Q8_0" in err
 
 
 def test_quant_help_lists_the_levels(capsys: pytest.CaptureFixture[str]) -> None:
@@ -260,3 +260,34 @@ def test_quant_help_lists_the_levels(capsys: pytest.CaptureFixture[str]) -> None
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, Q3_K_M, Q2_K" in text, command
+
+
+def test_predict_says_where_prefill_and_decode_come_from(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--device", "orin-nano-8gb", "--model", "qwen2.5-0.5b",
+                 "--engine-family", "mlc", "--prompt-tokens", "128"]) == 0
+    assert "prefill uncalibrated" in capsys.readouterr().out  # no MLC prefill row
+    assert main(["predict", "--device", "orin-agx-64gb", "--model", "llama-3.2-1b",
+                 "--prompt-tokens", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill calibrated" in out and "floor" in out
+    assert "rests on       holohub" in out and "set aside      jetpack-nixos" in out
+    js = _json(capsys, "predict", "--device", "orin-agx-64gb", "--model", "llama-3.2-1b",
+               "--prompt-tokens", "512", "--json")
+    assert js["prefill_calibrated"] and js["ttft_pred_ms"] >= js["ttft_floor_ms"]
+    lo, hi = js["ttft_pred_interval_ms"]
+    assert lo <= js["ttft_pred_ms"] <= hi
+    assert js["calibration"]["set_aside"] and js["calibration"]["sources"]
+
+
+def test_predict_validate_reports_sources_and_prefill(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--validate", "--json")
+    loso = out["leave_one_source_out"]
+    assert loso["by_family"]["llamacpp-cuda"]["predicted"] >= 30
+    assert any(c["flagged"] for c in loso["source_checks"]["llamacpp-cuda"])
+    assert out["device_stability"]["max_ratio"] >= 1.0
+    assert out["prefill"]["by_family"]["llamacpp-cuda"]["predicted"] >= 12
+    assert main(["predict", "--validate"]) == 0
+    text = capsys.readouterr().out
+    assert "leave-one-source-out" in text and "flagged (llamacpp-cuda)" in text
+    assert "prefill:" in text

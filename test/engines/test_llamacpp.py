@@ -17,6 +17,7 @@ import llama_cpp
 import pytest
 
 from robot_latency.engines import EngineError, GenerationRequest, StopReason, create_engine
+from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.tokenizer import format_prompt
 from robot_latency.planner.config import RunSettings
@@ -240,7 +241,8 @@ def test_missing_model_and_bad_options_named(tmp_path: Path) -> None:
 def test_greedy_grammar_fast_path_equals_the_full_grammar_chain(engine, model: Path) -> None:
     """Checking the grammar on the argmax first must give exactly llama.cpp's chain output."""
 
-    ref = llama_cpp.Llama(model_path=str(model), n_ctx=1024, n_batch=32, verbose=False)
+    ref = open_llama(load_policy(), model_path=str(model), n_ctx=1024, n_batch=32,
+                     verbose=False)
     grammar = llama_cpp.LlamaGrammar.from_string(actions_gbnf(), verbose=False)
     try:
         for cmd in COMMANDS:

@@ -127,3 +127,28 @@ def test_host_prefill_is_a_prediction_never_a_floor() -> None:
     # a measured float32 matmul rate is no bound: no prefill floor from it
     assert predict_floor(model, host, prompt_tokens=64).prefill_floor_ms is None
     assert predict_floor(model, DEVICES["orin-agx-64gb"], prompt_tokens=64).prefill_floor_ms
+
+
+def test_prefill_from_runs_has_an_interval_and_round_trips(tmp_path: Path) -> None:
+    from robot_latency.floor.calibration import PrefillPoint
+
+    # prefill points from compute efficiency 0.25, overhead 40 ms, one off by +10%
+    xs = [10.0, 40.0, 160.0, 320.0]
+    prefill = [PrefillPoint(f"q{i}", x, (x / 0.25 + 40.0) * (1.1 if i == 2 else 1.0))
+               for i, x in enumerate(xs)]
+    cal = calibrate_points(_points(), engine_family="llamacpp-cuda", device_id="orin-agx-64gb",
+                           scope="device", source="runs", prefill=prefill)
+    assert cal.prefill_calibrated and cal.prefill_basis == ("q0", "q1", "q2", "q3")
+    lo, hi = cal.prefill_interval_rel
+    assert lo < 0 < hi  # the off point's leave-one-out error widens both sides
+    path = tmp_path / "cal.json"
+    write_calibration(cal, path)
+    back = read_calibration(path)
+    assert back.prefill_interval_rel == pytest.approx(cal.prefill_interval_rel)
+    assert back.prefill_calibrated and back.compute_efficiency == pytest.approx(
+        cal.compute_efficiency)
+    # without prefill points: uncalibrated, no interval, no decode overhead borrowed
+    plain = calibrate_points(_points(), engine_family="llamacpp-cuda",
+                             device_id="orin-agx-64gb", scope="device", source="runs")
+    assert not plain.prefill_calibrated and plain.prefill_interval_rel is None
+    assert plain.prefill_overhead_ms == 0.0 and "prefill uncalibrated" in plain.prefill_status

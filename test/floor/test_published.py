@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -210,3 +211,18 @@ def test_missing_field_and_duplicate_ids(tmp_path: Path) -> None:
     (tmp_path / "dup").mkdir()
     with pytest.raises(TableError, match="duplicate"):
         load_table(_write(tmp_path / "dup", [row, row]))
+
+
+def test_start_up_logs_one_summary_line(caplog: pytest.LogCaptureFixture) -> None:
+    """Fitting the published table logs one INFO line, not one per refitted overhead."""
+    from robot_latency.floor import published_fit
+
+    published_fit._log_table_summary.cache_clear()
+    with caplog.at_level(logging.INFO, logger="robot_latency"):
+        table_calibration("llamacpp-cuda", "orin-nano-8gb")
+        table_calibration("mlc", "orin-nano-8gb")
+    infos = [r for r in caplog.records if r.levelno >= logging.INFO
+             and r.name.startswith("robot_latency.floor")]
+    assert len(infos) == 1, [r.getMessage() for r in infos]
+    assert "published table" in infos[0].getMessage()
+    assert "refitting" not in caplog.text

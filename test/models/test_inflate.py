@@ -1,5 +1,6 @@
 """Function-preserving inflation at small scale: a random tiny llama into a made-up bigger shape
-(same head_dim, and head_dim 16 packed two to a head of head_dim 32 with rope_freqs)."""
+(same head_dim, head_dim 16 packed two to a head of head_dim 32 with rope_freqs, and a target
+whose head_dim is not hidden / n_heads, as Qwen3's)."""
 
 from __future__ import annotations
 
@@ -276,3 +277,42 @@ def test_packing_without_rope_freqs_differs(packed_pair, tmp_path, monkeypatch) 
         diff = np.abs(a.logits(ids) - b.logits(ids)[:, : build_vocab().size])
     assert diff[0].max() < PACKED_LOGIT_ATOL  # position 0: no rotation at all
     assert diff.max() > 100 * PACKED_LOGIT_ATOL
+
+
+# Qwen3's layout at small scale: 6 heads of 64 in a 320-wide model (6 * 64 = 384 != 320).
+BIG_WIDE_HEADS = ModelShape(
+    id="made-up-wide-heads", name="MadeUpWideHeads", architecture="qwen3", n_layers=3,
+    hidden=320, n_heads=6, n_kv_heads=2, head_dim=64, ffn=384,
+    vocab_size=build_vocab().size + 5, tied_embeddings=True, qkv_bias=False, context_length=128,
+)
+
+
+def test_head_dim_not_hidden_over_heads(tmp_path, tiny_gguf) -> None:
+    small = tiny_gguf(tmp_path / "small.gguf", **SMALL, seed=2)
+    big = inf.inflate(small, BIG_WIDE_HEADS, tmp_path / "wide.gguf", dtype="F32")
+    prof = facts_from_gguf(big)
+    assert (prof.hidden, prof.n_heads, prof.n_kv_heads, prof.head_dim) == (320, 6, 2, 64)
+    reader = gguf.GGUFReader(str(big))
+    assert reader.get_field("llama.attention.key_length").contents() == 64
+    assert reader.get_field("llama.attention.value_length").contents() == 64
+    shapes = {t.name: list(t.shape) for t in reader.tensors}
+    assert shapes["blk.0.attn_q.weight"] == [320, 384]  # ggml order: (in, out)
+    assert shapes["blk.0.attn_output.weight"] == [384, 320]
+    v = build_vocab().size
+    # llama.cpp loads it and computes the small model's function
+    with GGUFPlanner(small, kv_f32=True) as a, GGUFPlanner(big, kv_f32=True) as b:
+        for cmd in COMMANDS:
+            ids = a.prompt(cmd)
+            la, lb = a.logits(ids), b.logits(ids)
+            assert np.abs(la - lb[:, :v]).max() < LOGIT_ATOL
+    assert greedy_plans(small, COMMANDS) == greedy_plans(big, COMMANDS)
+
+
+def test_qwen3_plan() -> None:
+    """The shipped planner's shape plans into Qwen3-0.6B: 4 of its head_dim-32 heads per 128."""
+    planner = GGUFShape(vocab_size=798, dim=256, n_layers=4, n_heads=8, n_kv_heads=4, ffn_dim=688)
+    plan = inf.plan_inflation(planner, "qwen3-0.6b")
+    assert plan.pack == 4 and plan.big.head_dim == 128 and plan.big.dim == 1024
+    names = gguf_tensor_names(plan.big)
+    assert names["blk.0.attn_q.weight"] == (16 * 128, 1024)
+    assert names["blk.0.attn_output.weight"] == (1024, 16 * 128)

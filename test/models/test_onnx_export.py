@@ -14,12 +14,12 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 import onnx  # noqa: F401  (a hard requirement: a missing one fails)
 import onnxruntime as ort
 import pytest
 
+from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.models.onnx_export import (
     OnnxExportError,
     export_all,
@@ -47,8 +47,8 @@ def gguf_path(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="module")
 def llm(gguf_path: Path):
     # F32 KV cache: an F16 cache alone moves logits by ~1e-3.
-    model = llama_cpp.Llama(str(gguf_path), n_ctx=256, logits_all=True, type_k=0, type_v=0,
-                            n_threads=2, verbose=False)
+    model = open_llama(load_policy(), model_path=str(gguf_path), n_ctx=256, logits_all=True,
+                       type_k=0, type_v=0, n_threads=2, verbose=False)
     yield model
     model.close()
 
@@ -173,7 +173,6 @@ def test_large_models_write_external_data(gguf_path: Path, llm, tmp_path: Path,
 
 def test_shipped_planner_logits_match_on_heldout_prompts(tmp_path: Path) -> None:
     """The shipped planner as ONNX against llama.cpp F32 on held-out commands."""
-    from llama_cpp import Llama
 
     from robot_latency.models.bundled import bundled_model_path, load_manifest
     from robot_latency.models.corpus import corpus_config_from_dict, generate_corpus
@@ -181,8 +180,8 @@ def test_shipped_planner_logits_match_on_heldout_prompts(tmp_path: Path) -> None
     path = bundled_model_path()
     held = generate_corpus(corpus_config_from_dict(load_manifest()["corpus"])).heldout[:20]
     sess = _session(export_onnx(path, tmp_path / "planner.onnx", logits="all"))
-    ref_llm = Llama(model_path=str(path), n_ctx=128, logits_all=True, type_k=0, type_v=0,
-                    verbose=False)
+    ref_llm = open_llama(load_policy(), model_path=str(path), n_ctx=128, logits_all=True,
+                         type_k=0, type_v=0, verbose=False)
     try:
         for cmd in held:
             tokens = ref_llm.tokenize(format_prompt(cmd.text).encode(), add_bos=True,

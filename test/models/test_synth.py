@@ -62,3 +62,29 @@ def test_bad_inputs(tmp_path) -> None:
         syn.synth("nope", "F16", tmp_path / "x.gguf")
     with pytest.raises(LadderError, match="valid:"):
         syn.synth("smollm2-135m", "Q9", tmp_path / "x.gguf")
+
+
+def test_head_dim_not_hidden_over_heads_loads_and_decodes(tmp_path) -> None:
+    """Qwen3's layout (16 heads of 128 in a 1024-wide model), reduced: 4 heads of 64, 192 wide."""
+    shape = ModelShape(
+        id="w", name="WideHeads", architecture="qwen3", n_layers=2, hidden=192, n_heads=4,
+        n_kv_heads=2, head_dim=64, ffn=256, vocab_size=build_vocab().size + 3,
+        tied_embeddings=True, qkv_bias=False, context_length=128,
+    )
+    assert shape.n_heads * shape.head_dim != shape.hidden
+    out = syn.synth(shape, "F16", tmp_path / "w.gguf", seed=2)
+    prof = facts_from_gguf(out)
+    assert (prof.hidden, prof.n_heads, prof.n_kv_heads, prof.head_dim) == (192, 4, 2, 64)
+    assert prof.params == shape.param_count()
+    reader = gguf.GGUFReader(str(out))
+    assert reader.get_field("llama.attention.key_length").contents() == 64
+    (q,) = [t for t in reader.tensors if t.name == "blk.0.attn_q.weight"]
+    assert list(q.shape) == [192, 256]  # ggml order: (in, out)
+    engine = create_engine("llamacpp", model_path=str(out), n_threads=1, n_ctx=64,
+                           abort_callback=False)
+    try:
+        trace = engine.generate(GenerationRequest(prompt=format_prompt("stop"), max_tokens=2,
+                                                  grammar=actions_gbnf()))
+        assert trace.error is None and 1 <= len(trace.tokens) <= 2
+    finally:
+        engine.close()

@@ -17,6 +17,9 @@ import psutil
 import pytest
 
 from robot_latency.planner.budget import (
+    OWN_CORE_SPIN_MS,
+    SHARED_CORE_NAP_MS,
+    SHARED_CORE_SPIN_MS,
     BudgetError,
     CpuBudget,
     apply_to_loop_thread,
@@ -270,3 +273,11 @@ def test_a_run_gives_its_thread_back_unpinned(tmp_path: Path) -> None:
             assert state["loop_cpus_in_effect"] == [loop_core]
             run.close()
         assert available_cpus() == before
+
+
+def test_a_loop_sharing_its_cores_wakes_early_and_naps_while_it_polls() -> None:
+    shared = CpuBudget()
+    assert (shared.spin_ms, shared.nap_ms) == (SHARED_CORE_SPIN_MS, SHARED_CORE_NAP_MS)
+    assert 0 < shared.nap_ms < shared.spin_ms
+    for own in (CpuBudget(loop_cpus=(0,)), CpuBudget(loop_priority=50)):
+        assert (own.spin_ms, own.nap_ms) == (OWN_CORE_SPIN_MS, 0.0)  # alone: it spins

@@ -9,7 +9,16 @@ from robot_latency.planner.config import RunSettings, SettingsError
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.margin import LEGS, SLACK_NS, MarginSettings, TransportMargin
+from robot_latency.planner.margin import (
+    LEGS,
+    PUBLISH_FLOOR_MS,
+    PUBLISH_START_MS,
+    SLACK_NS,
+    MarginSettings,
+    PublishMargin,
+    TransportMargin,
+    publish_margin_settings,
+)
 from robot_latency.profiles.profile import load_planning
 
 MS = 1_000_000
@@ -95,3 +104,22 @@ def test_round_trips_from_a_receiver_raise_the_margin_past_the_loopback_estimate
     assert summary["round_trip_p99_ms"] == 9.0 and summary["round_trips_in_window"] == 8
     m.add_round_trip(-1)  # a clock that went backwards is ignored
     assert m.summary()["round_trips_in_window"] == 8
+
+
+def test_a_learned_publish_margin_keeps_the_largest_lateness_between_floor_and_cap() -> None:
+    m = PublishMargin(publish_margin_settings(-1.0, deadline_ms=40.0))
+    assert m.measured and m.margin_ns() == PUBLISH_START_MS * MS  # nothing seen yet
+    m.add(100_000)  # a punctual loop: the floor, not less
+    assert m.margin_ns() == PUBLISH_FLOOR_MS * MS
+    m.add(6 * MS)
+    for _ in range(500):
+        m.add(1 * MS)  # hundreds of punctual cycles do not hide the one 6 ms late
+    assert m.margin_ns() == 6 * MS + SLACK_NS
+    m.add(60 * MS)  # a stall beyond the deadline: half the deadline at most
+    assert m.margin_ns() == 20 * MS
+    for _ in range(m.settings.window):
+        m.add(1 * MS)  # the stall leaves the window: the margin comes down again
+    assert m.margin_ns() == PUBLISH_FLOOR_MS * MS
+    fixed = PublishMargin(publish_margin_settings(3.0, deadline_ms=40.0))
+    fixed.add(30 * MS)
+    assert not fixed.measured and fixed.margin_ns() == 3 * MS

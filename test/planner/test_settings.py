@@ -42,10 +42,13 @@ def test_cli_and_node_build_the_same_engine_settings(tmp_path: Path, flags: list
                              "period_ms": 400, "target_device": "orin-agx-64gb",
                              "log_dir": str(tmp_path / "node"), **params}, cpu_count=2).run
     assert cli.engine_options == node.engine_options
-    # the one difference by design: the node publishes over DDS and measures the transport
-    # margin; the CLI's run publishes to no middleware and keeps none
+    # the differences by design: the node publishes over DDS and measures the transport
+    # margin (its loop's own lateness inside it); the CLI's run publishes to no middleware,
+    # keeps no transport margin and learns its publish margin from the loop's lateness
     assert node.settings.transport_margin_ms < 0 and cli.settings.transport_margin_ms == 0
-    loop = replace(node.settings, transport_margin_ms=0.0).loop_config()
+    assert node.settings.publish_margin_ms >= 0 > cli.settings.publish_margin_ms
+    loop = replace(node.settings, transport_margin_ms=0.0,
+                   publish_margin_ms=cli.settings.publish_margin_ms).loop_config()
     assert cli.settings.loop_config() == loop and set(loop) == set(LOOP_FIELDS)
     assert (cli.engine, cli.model, cli.settings.profile, cli.cpu, cli.host_device,
             cli.target_device, cli.planning.profile.name) == \

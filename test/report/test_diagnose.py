@@ -10,7 +10,9 @@ import pytest
 from robot_latency.records import CycleRecord
 from robot_latency.report.diagnose import (
     CAUSES,
+    TAIL_MIN_SAMPLES,
     VERDICT_LENGTH,
+    VERDICT_TOO_FEW,
     VERDICT_UNSTABLE,
     attribute_cause,
     diagnose,
@@ -92,7 +94,8 @@ def test_two_kinds_of_miss_counted_separately() -> None:
     # a fallback answered for the model: engine fault, model out of time
     assert diag.model_misses == 2
     assert diag.causes_deadline == {"skipped": 1, "superseded": 0, "engine_fault": 0,
-                                    "host_steal": 0, "publish_late": 1, "queueing": 1, "stall": 1,
+                                    "invalid_output": 0, "bad_command": 0, "host_steal": 0,
+                                    "publish_late": 1, "queueing": 1, "stall": 1,
                                     "prefill_too_long": 1, "decode_too_slow": 0}
     assert diag.causes_model["engine_fault"] == 1 and diag.causes_model["decode_too_slow"] == 1
     assert sum(diag.causes_model.values()) == 2
@@ -107,6 +110,34 @@ def test_model_miss_published_late_counts_in_both() -> None:
     diag = diagnose([_rec(i) for i in range(5)] + [late_fallback])
     assert diag.deadline_misses == 1 and diag.model_misses == 1
     assert sum(diag.causes.values()) == 1  # one cycle, counted once overall
+
+
+@pytest.mark.parametrize(("reason", "cause"), [
+    ("server_unreachable", "engine_fault"), ("server_error", "engine_fault"),
+    ("server_malformed", "engine_fault"), ("engine_unavailable", "engine_fault"),
+    ("invalid_output", "invalid_output"), ("bad_command", "bad_command"),
+    ("no_command", "bad_command"), ("deadline", "decode_too_slow")])
+def test_every_fallback_is_a_model_miss(reason: str, cause: str) -> None:
+    # A fallback answered in time, for this reason: a model miss, not a deadline miss.
+    fallback = _rec(1, itl_ms=[16] * 6, published_ms=99, source="fallback", reason=reason)
+    assert is_model_miss(fallback) and not is_deadline_miss(fallback)
+    diag = diagnose([_rec(i) for i in range(5)] + [fallback])
+    assert diag.model_misses == 1 and diag.deadline_misses == 0
+    assert diag.causes_model[cause] == 1 and sum(diag.causes_model.values()) == 1
+
+
+def test_model_misses_equal_fallbacks_of_every_kind() -> None:
+    # The report that showed "model miss 5.0%" beside "fallback 55.0%": server_unreachable
+    # fallbacks are model misses too.
+    records = [_rec(i) for i in range(9)]
+    records += [_rec(10 + i, no_tokens=True, published_ms=5, source="fallback",
+                     reason="server_unreachable") for i in range(10)]
+    records.append(_rec(30, itl_ms=[16] * 6, published_ms=99, source="fallback",
+                        reason="deadline"))
+    diag = diagnose(records)
+    fallbacks = sum(1 for r in records if r.plan_source == "fallback")
+    assert diag.model_misses == fallbacks == 11
+    assert diag.causes_model["engine_fault"] == 10
 
 
 def test_rule_order_engine_fault_before_queueing_and_no_token_is_prefill() -> None:
@@ -217,3 +248,16 @@ def test_a_superseded_cycle_is_its_own_cause() -> None:
     rec = _rec(3, published_ms=None, source="none", reason="superseded", itl_ms=[10])
     rec.published_ns = None
     assert attribute_cause(rec, median_itl_ns=10 * MS) == "superseded"
+
+
+def test_no_tail_verdict_from_a_few_samples() -> None:
+    # A handful of cycles, lengths varying: the ratio alone would say "length variance" (or
+    # "tight"), but a p99 of 7 samples is their max.
+    few = [_rec(i, itl_ms=[10] * (1 + (i * 7) % 99)) for i in range(7)]
+    tail = diagnose(few).tail
+    assert tail.e2e_n == 7 and tail.verdict == VERDICT_TOO_FEW
+    assert tail.e2e_ratio is not None  # the figures are still shown, with their n
+    just = [_rec(i, itl_ms=[10] * (1 + (i * 7) % 99)) for i in range(TAIL_MIN_SAMPLES)]
+    assert diagnose(just).tail.verdict == VERDICT_LENGTH
+    short = just[:-1]
+    assert diagnose(short).tail.verdict == VERDICT_TOO_FEW

@@ -36,7 +36,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _cycle(i: int, *, gap_ms: int = 10, n_gaps: int = 4, late: bool = False,
-           fallback: bool = False, plan: dict[str, Any] | None = None) -> CycleRecord:
+           fallback: bool = False, plan: dict[str, Any] | None = None,
+           reason: str = "deadline") -> CycleRecord:
     """Cycle i on a scripted clock, deadline 100 ms; a fallback has no tokens and is in time."""
     sched = i * 1000 * MS
     started = sched + MS
@@ -52,7 +53,7 @@ def _cycle(i: int, *, gap_ms: int = 10, n_gaps: int = 4, late: bool = False,
                        started_ns=started, published_ns=published, token_ns=tokens,
                        command_id=f"c{i}", tokens_in=40 + i,
                        phases_ns=phases, plan_source="fallback" if fallback else "model",
-                       fallback_reason="deadline" if fallback else None,
+                       fallback_reason=reason if fallback else None,
                        plan=plan if plan is not None else {"steps": [{"action": "stop"}]})
 
 
@@ -92,6 +93,22 @@ def two_runs(tmp_path: Path) -> list[Path]:
     q4 += [_cycle(i, fallback=True) for i in (8, 9)]
     return [_write_run(tmp_path / "f16", ref, _manifest("F16", full=False)),
             _write_run(tmp_path / "q4", q4, _manifest("Q4_K_M", asap=True))]
+
+
+def test_every_fallback_counts_as_a_model_miss_in_every_table(tmp_path: Path) -> None:
+    # 20 cycles: 9 model plans, 10 fallbacks because the server was unreachable, 1 because the
+    # model ran out of time. The report once showed model miss 5.0% beside fallback 55.0%.
+    recs = [_cycle(i) for i in range(9)]
+    recs += [_cycle(i, fallback=True, reason="server_unreachable") for i in range(9, 19)]
+    recs.append(_cycle(19, fallback=True))
+    d = _write_run(tmp_path / "srv", recs, _manifest("Q4_K_M"))
+    (row,) = compare_runs([d])
+    assert row.model_misses == row.fallbacks == 11
+    assert row.model_miss_rate == row.fallback_rate == pytest.approx(0.55)
+    report = write_report([d], tmp_path / "rep")
+    (saved,) = json.loads((report.parent / "comparison.json").read_text())["rows"]
+    assert saved["model_misses"] == saved["fallbacks"] == 11
+    assert "model misses (fallback answered): 11" in report.read_text()
 
 
 def test_comparison_numbers(two_runs: list[Path]) -> None:

@@ -206,11 +206,15 @@ def test_replayer_measures_reaction_at_the_client_edge_over_dds(tmp_path: Path) 
         else:
             assert rec.fallback_reason == "superseded"
     # The replayer acknowledged the plans it received: the node measured round trips (both
-    # legs, the receiver's executor included) and its margin covers them (or is at its cap).
+    # legs, the receiver's executor included).
     margin = json.loads((run_dir / "summary.json").read_text())["transport_margin"]
     assert margin["round_trips_in_window"] > 0 and margin["round_trip_p99_ms"] is not None
-    cap_ms = min(margin["cap_ms"], 150.0 / 4)
-    assert margin["transport_margin_ms"] >= min(cap_ms, margin["round_trip_p99_ms"])
+    # What the margin is for: the receiver missed no command the planner had answered in
+    # time. Each receiver miss is a late plan by the planner's own record, or a superseded one.
+    for c in client:
+        if not c.deadline_met:
+            assert c.status == "superseded" or not first[c.command_id].deadline_met, (
+                c, first[c.command_id])
     report = write_report([run_dir], tmp_path / "report")
     text = report.read_text()
     assert "## Reaction time at the client edge" in text

@@ -3,13 +3,19 @@
 The ``launch`` / ``launch_ros`` packages cannot be installed here, so the launch files are
 parsed, not run: every executable is a console script of setup.py, every parameter they pass is
 declared by the node that gets it, every file they reference exists, and every config YAML holds
-only declared parameters with values the node accepts.
+only declared parameters with values the node accepts. Where the launch source is vendored
+(../shared/vendor/ros2_launch), the planner launch file's own function also runs in a real
+``LaunchContext``, and launch_ros expands the node's parameters as ``ros2 launch`` would.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +29,8 @@ LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 NODE_PARAMETERS = {"planner_node": PLANNER_NAMES, "bag_replayer": REPLAYER_NAMES,
                    "managed_planner_node": PLANNER_NAMES}
-PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "draft_model",
+PLANNER_LAUNCH_ARGUMENTS = {"model", "quant", "engine", "deadline_ms", "period_ms", "mode",
+                            "draft_model",
                             "target_device", "params_file", "log_dir", "planner_profile",
                             "managed", "autostart", "on_new_command", "server_url",
                             "server_model", "server_api", "hybrid_policy",
@@ -145,3 +152,56 @@ def test_config_holds_valid_declared_parameters(path: Path, tmp_path: Path) -> N
     planner = settings.run.settings
     assert planner.deadline_ms < planner.period_ms
     assert settings.values["target_device"] == params["target_device"]
+
+
+VENDOR = ROOT.parent / "shared" / "vendor" / "ros2_launch"
+
+#: Run planner.launch.py's function in a real LaunchContext with NAME:=VALUE arguments; print the
+#: node's parameters as launch_ros expands them (its temporary params file, read back).
+_EXPAND = """
+import importlib.util, json, sys
+import yaml
+from launch.launch_context import LaunchContext
+spec = importlib.util.spec_from_file_location("planner_launch", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+ctx = LaunchContext()
+for e in mod.generate_launch_description().entities:
+    if type(e).__name__ == "DeclareLaunchArgument":
+        ctx.launch_configurations[e.name] = "".join(x.perform(ctx) for x in e.default_value)
+for kv in sys.argv[2:]:
+    k, v = kv.split(":=", 1)
+    ctx.launch_configurations[k] = v
+node = mod._planner(ctx)[-1]
+node._perform_substitutions(ctx)
+layers = []  # in the order the node applies them: a later one wins
+for path, is_file in node._Node__expanded_parameter_arguments:
+    doc = yaml.safe_load(open(path)) if is_file else {}
+    layers += [value["ros__parameters"] for value in doc.values()]
+print(json.dumps(layers))
+"""
+
+
+@pytest.mark.parametrize("version", ["humble", "rolling"])
+def test_mode_is_a_launch_argument_that_reaches_the_node(version: str) -> None:
+    # Event mode needed an edited params file; mode:=event now sets the node's parameter, over
+    # the params file's.
+    if not (VENDOR / version).is_dir():
+        pytest.skip(f"needs launch and launch_ros source in {VENDOR / version}; not present")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(VENDOR / version), str(ROOT)])}
+    params_file = ROOT / "config" / "orin_nano_8gb.yaml"
+    assert yaml.safe_load(params_file.read_text())["planner_node"]["ros__parameters"][
+        "mode"] == "periodic"
+
+    def expand(*arguments: str) -> dict:
+        """The parameters the node gets, each the last layer's that sets it."""
+        done = subprocess.run([sys.executable, "-c", _EXPAND,
+                               str(ROOT / "launch" / "planner.launch.py"), *arguments],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        layers = json.loads(done.stdout.strip().splitlines()[-1])
+        return {k: v for layer in layers for k, v in layer.items()}
+
+    assert expand("mode:=event", f"params_file:={params_file}")["mode"] == "event"
+    assert expand(f"params_file:={params_file}")["mode"] == "periodic"  # the file's stands
+    assert expand("mode:=event") == {"mode": "event"}  # no file: just what was given

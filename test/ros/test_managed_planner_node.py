@@ -32,6 +32,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from robot_latency.records import read_records
+from robot_latency.ros.client_edge import tag_command
 from robot_latency.ros.managed_planner_node import ManagedPlannerNode
 
 DOMAIN_ID = random.randint(201, 230)
@@ -172,11 +173,22 @@ def test_transitions_in_order_and_out_of_order(manager: Manager, tmp_path: Path)
         assert all(r.published_ns is not None or r.skipped for r in records)
         assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
         n_plans = len(manager.plans)
-        manager.pub.publish(String(data="stop"))  # inactive: no plan comes back
-        time.sleep(1.0)
+        # Inactive: a command is received and dropped (the node says so in its log), and no
+        # plan answers it, then or after the next activation.
+        node_log = tmp_path / "node.log"
+        dropped_before = node_log.read_text().count("received while not active")
+        manager.pub.publish(String(data=tag_command("while-inactive", "stop")))
+        manager.wait_for(
+            lambda: node_log.read_text().count("received while not active") > dropped_before,
+            30, "the node to drop the command received while inactive")
         assert len(manager.plans) == n_plans
         # Again: a second run in its own directory, without reloading the model.
         assert manager.transition(Transition.TRANSITION_ACTIVATE)
+        manager.pub.publish(String(data=tag_command("after", "go to the kitchen")))
+        manager.wait_for(lambda: any(p["command_id"] == "after" for p in list(manager.plans)),
+                         60, "the plan for the command sent once active again")
+        assert not any(p["command_id"] == "while-inactive" for p in list(manager.plans))
+        assert [p["command_id"] for p in manager.plans[n_plans:]] == ["after"]
         assert manager.transition(Transition.TRANSITION_DEACTIVATE)
         assert (run.with_name("run-2") / "summary.json").exists()
         assert not manager.transition(Transition.TRANSITION_DEACTIVATE)

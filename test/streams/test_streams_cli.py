@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from robot_latency.cli import main
 from robot_latency.streams import SHIPPED_DIR, SHIPPED_STREAMS, read_stream
 
@@ -28,3 +30,58 @@ def test_shipped_streams_are_reproducible(tmp_path: Path) -> None:
 
 def test_process_required(tmp_path: Path) -> None:
     assert main(["streams", "make", "--out", str(tmp_path / "x")]) == 2
+
+
+def _jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_make_a_bag_from_a_jsonl_stream(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from rosbags.highlevel import AnyReader
+
+    src = _jsonl(tmp_path / "session.jsonl", [
+        '{"t_ns": 1000000000, "text": "pick up the red cup", "state": "gripper open"}',
+        '{"t_ns": 1250000000, "text": "stop"}',
+        '{"t_ns": 3000000000, "text": "go to the kitchen", "state": "at the door"}'])
+    bag = tmp_path / "session_bag"
+    assert main(["streams", "make", "--from", str(src), "--out", str(bag)]) == 0
+    assert "3 commands over 2.0 s on /planner/command, robot state on /planner/state" in \
+        capsys.readouterr().out
+    # read back by the project's reader: the texts, the times and the states are the file's
+    back = read_stream(bag, state_topic="/planner/state")
+    assert back.topic == "/planner/command"
+    assert [(c.t_ns, c.text) for c in back.commands] == [
+        (0, "pick up the red cup"), (250_000_000, "stop"), (2_000_000_000, "go to the kitchen")]
+    assert [c.state for c in back.commands] == ["gripper open", "gripper open", "at the door"]
+    # and by rosbags itself: a real rosbag2 directory of std_msgs/msg/String messages
+    with AnyReader([bag]) as reader:
+        topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
+        texts = [reader.deserialize(raw, c.msgtype).data
+                 for c, _t, raw in reader.messages()
+                 if c.topic == "/planner/command"]
+    assert topics == {"/planner/command": ("std_msgs/msg/String", 3),
+                      "/planner/state": ("std_msgs/msg/String", 2)}
+    assert texts == ["pick up the red cup", "stop", "go to the kitchen"]
+    assert (bag / "metadata.yaml").is_file()
+
+
+def test_make_from_jsonl_refuses_bad_input(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _jsonl(tmp_path / "bad.jsonl", ['{"t_ns": 0, "text": "stop"}', '{"t_ns": 5}'])
+    bag = tmp_path / "bag"
+    assert main(["streams", "make", "--from", str(bad), "--out", str(bag)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.jsonl:2: " in err
+    assert not bag.exists()  # nothing half-written
+    assert main(["streams", "make", "--from", str(bad), "--out", str(bag),
+                 "--skip-bad-lines"]) == 0
+    assert "skipped bad lines [2]" in capsys.readouterr().out
+    assert [c.text for c in read_stream(bag).commands] == ["stop"]
+    # an existing bag is never overwritten
+    assert main(["streams", "make", "--from", str(bad), "--out", str(bag)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["streams", "make", "--from", str(tmp_path / "x.mcap"), "--out",
+                 str(tmp_path / "b2")]) == 2
+    assert "expected a .jsonl" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""Validation of the published tables: how far a prediction can be trusted beyond its own rows.
+
+Computed from the shipped tables alone (no model, no machine: seconds on any host):
+
+* decode, per engine family: leave-one-out (each row from a fit without it), leave-one-model-out
+  (every row of its model left out: a model the table has never measured) and
+  leave-one-source-out (every row of its source left out: its device's answer for a user whose
+  build is a new setup), with the 80% interval's coverage;
+* the source checks (each source against the others' fit; past x2 it is flagged and set aside
+  from a device's answer) and, per device, how far dropping any one source moves the answer
+  for Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.2-3B at Q4_K_M;
+* prefill: leave-one-out with the 80% TTFT interval's coverage, leave-one-model-out and
+  leave-one-source-out.
+
+    python bench/predict_validate.py [--table DECODE_YAML] [--prefill-table PREFILL_YAML]
+        [--out docs/bench/predict_validate.json]
+
+Targets (the issue's): prefill >= 12 rows from >= 3 sources and >= 3 devices, leave-one-out
+median <= 20%, 80% coverage >= 75%; llama.cpp-CUDA leave-one-source-out median <= 20%; no
+device's answer moves by more than 2x when any one source is dropped. ``targets`` in the JSON
+says which are met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchio import emit_result
+
+from robot_latency.floor.published import load_table, validate_table
+from robot_latency.floor.published_checks import (
+    device_stability,
+    leave_one_source_out,
+    validate_prefill,
+)
+from robot_latency.floor.published_prefill import load_prefill_table
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--table", type=Path, default=None, help="decode table (default: shipped)")
+    p.add_argument("--prefill-table", type=Path, default=None,
+                   help="prefill table (default: shipped)")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    rows = load_table(args.table) if args.table else load_table()
+    prefill_rows = load_prefill_table(args.prefill_table)
+    decode = validate_table(rows)
+    loso = leave_one_source_out(rows)
+    stability = device_stability(rows=rows)
+    prefill = validate_prefill(prefill_rows)
+    cuda, pf = decode["by_family"].get("llamacpp-cuda", {}), prefill["by_family"].get(
+        "llamacpp-cuda", {})
+    loso_cuda = loso["by_family"].get("llamacpp-cuda", {})
+    summary = {
+        "llamacpp_cuda": {
+            "leave_one_out_median": cuda.get("median_abs_error"),
+            "leave_one_model_out_median": cuda.get("new_model_median_abs_error"),
+            "leave_one_source_out_median": loso_cuda.get("median_abs_error"),
+            "leave_one_source_out_max": loso_cuda.get("max_abs_error"),
+            "flagged_sources": [c["source"] for c in loso["source_checks"].get(
+                "llamacpp-cuda", []) if c["flagged"]],
+            "largest_device_move": stability["max_ratio"],
+        },
+        "prefill": {"rows": prefill["total_rows"], "sources": len(prefill["sources"]),
+                    "devices": len(prefill["devices"]), "predicted": pf.get("predicted"),
+                    "leave_one_out_median": pf.get("median_abs_error"),
+                    "coverage_80": pf.get("coverage_80"),
+                    "leave_one_model_out_median": pf.get("new_model_median_abs_error"),
+                    "leave_one_source_out_median": pf.get("new_source_median_abs_error")},
+    }
+
+    def met(value: float | None, ok: bool) -> bool | None:
+        return None if value is None else ok
+
+    s, q = summary["llamacpp_cuda"], summary["prefill"]
+    targets = {
+        "prefill_rows_sources_devices": q["rows"] >= 12 and q["sources"] >= 3
+        and q["devices"] >= 3,
+        "prefill_loo_median_le_20pct": met(q["leave_one_out_median"],
+                                           (q["leave_one_out_median"] or 1) <= 0.20),
+        "prefill_coverage_ge_75pct": met(q["coverage_80"], (q["coverage_80"] or 0) >= 0.75),
+        "llamacpp_loso_median_le_20pct": met(s["leave_one_source_out_median"],
+                                             (s["leave_one_source_out_median"] or 1) <= 0.20),
+        "no_device_moves_past_2x": met(s["largest_device_move"],
+                                       (s["largest_device_move"] or 9) <= 2.0),
+    }
+    # the decode validation's keys at the top, as `robot-latency predict --validate --json`
+    return emit_result({"summary": summary, "targets": targets, **decode,
+                        "leave_one_source_out": loso, "device_stability": stability,
+                        "prefill": prefill}, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -70,6 +70,10 @@ class Runner(Protocol):
     def request_abort(self) -> None:
         """Ask the generation running now to stop (from another thread)."""
 
+    def generated_tokens(self) -> int | None:
+        """Tokens out so far of the generation the loop waits for now (from another thread);
+        None when it waits for none, or this runner cannot tell."""
+
     def health(self) -> RunnerHealth:
         """The engine's load and server-check errors."""
 
@@ -141,6 +145,10 @@ class InlineRunner:
     def request_abort(self) -> None:
         """Nothing: an inline generation runs in the caller's thread and stops at its deadline
         or at the loop's interrupt."""
+
+    def generated_tokens(self) -> int | None:
+        """None: an inline generation's tokens are the loop thread's until it returns."""
+        return None
 
     def health(self) -> RunnerHealth:
         return RunnerHealth(server_check_error=self.engine.info().get("check_error"))

@@ -284,8 +284,7 @@ class PlanActionServer:
         running = driver.loop.running if driver is not None else None
         if running is None:
             return
-        tokens_of = getattr(driver.run.runner, "generated_tokens", None)
-        tokens = tokens_of() if tokens_of is not None else None
+        tokens = driver.run.runner.generated_tokens()
         with self._lock:  # decided and sent under the lock: never after the last phases
             goal = self._goals.get(running.command_id)
             if goal is None or goal.handed_over or goal.withdrawn:

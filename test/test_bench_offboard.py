@@ -45,8 +45,13 @@ def test_fleet_smoke(tmp_path: Path) -> None:
 
 
 def test_hedge_smoke(tmp_path: Path) -> None:
-    doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2")
-    assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard", "hybrid"}
+    doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2",
+                 "--onboard-model", "planner-draft")
+    hybrids = {"hybrid_first_valid", "hybrid_prefer_server"}
+    assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard"} | hybrids
+    assert set(doc["targets"]) == set(doc["hybrid_late_cycles"]) == hybrids
+    assert doc["onboard_model"].endswith("planner-draft.gguf") != doc["model"].endswith(
+        "planner-draft.gguf")
     assert doc["load"]["requests"] >= 0 and len(doc["repeats"]) == 1
     if len(os.sched_getaffinity(0)) >= 2:  # the server stands for another machine
         assert doc["server_cpus"] and doc["robot_cpus"]

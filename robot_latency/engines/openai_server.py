@@ -139,6 +139,10 @@ class OpenAIServerEngine(ClosesOnExit):
             # No read timeout of the client's own: the request ends at its deadline, decided
             # here; the connect timeout bounds a SYN that nobody answers.
             timeout=httpx.Timeout(None, connect=config.connect_timeout_s))
+        # The client imports its API resources on first use (about 1 s here on a busy 2-core
+        # machine): import them now, so neither the start-up check's timeout nor the first
+        # cycle's deadline pays for it.
+        _ = (self._client.models, self._client.completions, self._client.chat.completions)
         self.model = config.server_model
         self.kind = config.server_kind
         self.check_error: str | None = None

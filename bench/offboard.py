@@ -7,9 +7,11 @@
     fleet      N robots on one server (robot-latency fleet's core): per N, the model's plans and
                the fallbacks (which degrade with N) beside the deadline misses (which the
                fallback keeps near 0; Wilson 95%), and ITL/TTFT p99
-    hedge      onboard-only, offboard-only and hybrid (first_valid) on the same stream while a
-               fleet of --load robots loads the server: model-plan-in-time rate and late plans
-               (target: hybrid >= the better of the two alone, nothing late)
+    hedge      onboard-only, offboard-only and hybrid (each --policies policy) on the same
+               stream while a fleet of --load robots loads the server: model-plan-in-time rate
+               and late plans (targets: first_valid >= the better of the two alone,
+               prefer_server >= offboard alone, nothing late); --onboard-model/--onboard-quant
+               give the robot a model of its own (a slow one: the hedge then has to help)
     leak       --cycles cycles against the server, killed at a third and restarted at half:
                threads, open files and RSS before and after, every cycle's plan and reason
 
@@ -17,6 +19,9 @@
         --repeats 5 --commands 60 --out docs/bench/offboard_http_cost.json
     python bench/offboard.py fleet --robots 1,2,4,8 --out docs/bench/offboard_fleet.json
     python bench/offboard.py hedge --load 4 --repeats 3 --out docs/bench/offboard_hedge.json
+    python bench/offboard.py hedge --onboard-model planner-inflated-qwen2.5-0.5b \
+        --onboard-quant Q8_0 --load 0 --deadline-ms 400 --period-ms 500 \
+        --out docs/bench/offboard_hedge_slow_onboard.json
     python bench/offboard.py leak --cycles 1000 --out docs/bench/offboard_leak.json
 """
 
@@ -267,19 +272,37 @@ def _in_time(run_dir: Path) -> dict[str, Any]:
             "model_plan_in_time_ci95": list(ci) if ci else None, "late": late}
 
 
+def _hedge_targets(rates: dict[str, float | None], late: dict[str, int]
+                   ) -> dict[str, dict[str, Any]]:
+    """Each hybrid policy's target: first_valid at least the better of the two alone,
+    prefer_server at least offboard alone (the server's plan is the one it prefers); nothing
+    late."""
+    on, off = rates["onboard"] or 0.0, rates["offboard"] or 0.0
+    out = {}
+    for name in late:
+        floor = max(on, off) if name == "hybrid_first_valid" else off
+        out[name] = {"at_least": floor, "late": late[name],
+                     "met": (rates[name] or 0.0) >= floor and late[name] == 0}
+    return out
+
+
 def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     from robot_latency.planner.replay import run_replay
     from robot_latency.planner.resolve import resolve_run
 
     stream = _stream(args)
+    policies = tuple(p for p in args.policies.split(",") if p)
+    onboard_path = args.onboard_path or args.model_path
+    onboard_threads = args.onboard_threads or args.threads
     # The robot's loop under SCHED_FIFO when asked (README, "Real-time"): on the one core left
     # to the robot, the normal scheduler let the niced engine hold the core a few ms past the
     # loop's give-up time.
     settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,
-                           model=str(args.model_path), n_threads=args.threads,
-                           n_threads_batch=args.threads,
+                           model=str(onboard_path), n_threads=onboard_threads,
+                           n_threads_batch=onboard_threads,
                            cpu=CpuBudget(loop_priority=args.loop_priority))
-    configs = ("onboard", "offboard", "hybrid")
+    hybrids = tuple(f"hybrid_{p}" for p in policies)
+    configs = ("onboard", "offboard", *hybrids)
     # The server stands for another machine: it and its load get the last core, the robot (the
     # loop and its onboard worker, which inherits this process's cores) the others. On one shared
     # pool the server's work would slow the onboard engine in the hybrid runs only.
@@ -288,7 +311,6 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     if args.split_cores and len(have) >= 2:
         server_cpus, robot_cpus = frozenset(have[-1:]), frozenset(have[:-1])
         os.sched_setaffinity(0, robot_cpus)
-    engine_of = {"onboard": "llamacpp", "offboard": "openai", "hybrid": "hybrid"}
     reps: list[dict[str, Any]] = []
     server = LocalServer(args.model_path, n_threads=args.threads, cpus=server_cpus)
     with tempfile.TemporaryDirectory() as tmp, server, \
@@ -296,11 +318,16 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
                       cpus=server_cpus) as load:
         for rep in range(args.repeats):
             row: dict[str, Any] = {}
-            order = configs[rep % 3:] + configs[: rep % 3]  # interleaved, rotating
+            shift = rep % len(configs)
+            order = configs[shift:] + configs[:shift]  # interleaved, rotating
             for name in order:
                 run_dir = Path(args.runs_dir or tmp) / f"rep{rep}-{name}"
+                engine = "hybrid" if name in hybrids else \
+                    {"onboard": "llamacpp", "offboard": "openai"}[name]
+                policy = name[len("hybrid_"):] if name in hybrids else settings.hybrid_policy
                 run, _ = resolve_run(dataclasses.replace(
-                    settings, log_dir=run_dir, engine=engine_of[name], server_url=server.url))
+                    settings, log_dir=run_dir, engine=engine, server_url=server.url,
+                    hybrid_policy=policy))
                 run_replay(run, stream)
                 row[name] = _in_time(run_dir)
             reps.append(row)
@@ -311,18 +338,20 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
                 if r[name]["model_plan_in_time_rate"] is not None]
         return statistics.median(vals) if vals else None
     rates = {name: med(name) for name in configs}
-    best_alone = max((rates["onboard"] or 0.0), (rates["offboard"] or 0.0))
-    late = sum(r["hybrid"]["late"] for r in reps)
+    late = {name: sum(r[name]["late"] for r in reps) for name in hybrids}
+    targets = _hedge_targets(rates, late)
     return {"benchmark": "offboard hedge", "model": str(args.model_path),
-            "threads": args.threads, "load_robots": args.load,
+            "threads": args.threads, "onboard_model": str(onboard_path),
+            "onboard_threads": onboard_threads, "policies": list(policies),
+            "load_robots": args.load,
             "load_period_ms": args.load_period_ms or args.period_ms, "load": load_summary,
             "server_cpus": sorted(server_cpus) if server_cpus else None,
             "robot_cpus": sorted(robot_cpus) if robot_cpus else None,
             "deadline_ms": args.deadline_ms, "period_ms": args.period_ms,
             "loop_priority": args.loop_priority,
             "repeats": reps, "model_plan_in_time_rate_median": rates,
-            "hybrid_late_cycles": late,
-            "meets_target": (rates["hybrid"] or 0.0) >= best_alone and late == 0}
+            "hybrid_late_cycles": late, "targets": targets,
+            "meets_target": all(t["met"] for t in targets.values())}
 
 
 # --- leak --------------------------------------------------------------------------------------
@@ -419,10 +448,21 @@ def main() -> int:
                            help="run the server on the same cores as the robot (default: the "
                                 "server and its load on the last core, the robot on the rest)")
             p.add_argument("--repeats", type=int, default=3)
+            p.add_argument("--policies", default="first_valid,prefer_server",
+                           help="hybrid policies to run, comma-separated")
+            p.add_argument("--onboard-model", default=None,
+                           help="the robot's own model (default: --model, the server's)")
+            p.add_argument("--onboard-quant", default=None, help="ladder level of it")
+            p.add_argument("--onboard-threads", type=int, default=0,
+                           help="llama.cpp threads on the robot (0: --threads)")
         if name == "leak":
             p.add_argument("--cycles", type=int, default=1000)
     args = parser.parse_args()
     args.model_path = Path(resolve_model_file(args.model, args.quant) or args.model)
+    onboard = getattr(args, "onboard_model", None) or (
+        args.model if getattr(args, "onboard_quant", None) else None)
+    args.onboard_path = None if onboard is None else Path(
+        resolve_model_file(onboard, args.onboard_quant) or onboard)
     result = args.func(args)
     result["machine_note"] = ("figures from a busy machine unless run on a quiet one; see "
                               "docs/BENCHMARKS.md")

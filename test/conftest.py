@@ -228,7 +228,8 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 class MisbehavingServer:
     """An OpenAI-compatible server written to misbehave: the request's ``model`` picks how.
 
-    ``plan`` streams a valid action plan; ``slow`` streams ``<pick>`` forever (bounded);
+    ``plan`` streams a valid action plan; ``endless_plan`` a complete one (``<end>`` included),
+    then more text and no finish (bounded); ``slow`` streams ``<pick>`` forever (bounded);
     ``stall`` sends one chunk, then nothing; ``malformed`` sends data that is not JSON;
     ``error_event`` an error object inside the stream; ``no_finish`` ends with ``[DONE]`` and no
     finish_reason; ``bad_plan`` finishes text that breaks the contract; ``http500`` / ``http404``
@@ -291,6 +292,12 @@ class MisbehavingServer:
                         for piece in ("<pick>", "<col:red>", "<obj:cup>"):
                             yield chunk(piece)
                         yield chunk("", "stop")
+                    elif mode == "endless_plan":
+                        for piece in ("<pick>", "<col:red>", "<obj:cup>", "<end>"):
+                            yield chunk(piece)
+                        while loop.time() < end:
+                            yield chunk("<pick>")
+                            await asyncio.sleep(0.02)
                     elif mode == "slow":
                         while loop.time() < end:
                             yield chunk("<pick>")

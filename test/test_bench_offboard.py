@@ -52,8 +52,13 @@ def test_fleet_smoke(tmp_path: Path) -> None:
 
 
 def test_hedge_smoke(tmp_path: Path) -> None:
-    doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2")
-    assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard", "hybrid"}
+    doc = _bench(tmp_path, "hedge", "--load", "1", "--repeats", "1", "--max-commands", "2",
+                 "--onboard-model", "planner-draft")
+    hybrids = {"hybrid_first_valid", "hybrid_prefer_server"}
+    assert set(doc["model_plan_in_time_rate_median"]) == {"onboard", "offboard"} | hybrids
+    assert set(doc["targets"]) == set(doc["hybrid_late_cycles"]) == hybrids
+    assert doc["onboard_model"].endswith("planner-draft.gguf") != doc["model"].endswith(
+        "planner-draft.gguf")
     # The load ran through every measured run: its one robot was answered before the first run
     # started (FleetLoad waits for that), so the server was busy all along.
     load = doc["load"]

@@ -41,6 +41,18 @@ class StopReason(str, enum.Enum):
     ERROR = "error"             # the engine failed; see ``GenerationTrace.error``
 
 
+#: The stop reasons of a generation whose output ended by itself: the model's end (end token,
+#: stop string, a server's ``finish_reason: "stop"``) or a complete output of the contract.
+FINISHED = frozenset({StopReason.DONE, StopReason.COMPLETE})
+
+
+def finished(trace: GenerationTrace | None) -> bool:
+    """Return whether ``trace`` ended with its output finished (:data:`FINISHED`), so its text is
+    a plan to judge; cut short (token limit, deadline, abort) or failed: False. Whether the plan
+    is valid is the contract's to say."""
+    return trace is not None and trace.stop_reason in FINISHED
+
+
 @runtime_checkable
 class AbortSignal(Protocol):
     """Anything with ``is_set()``: threading.Event, the worker's shared AbortFlag."""

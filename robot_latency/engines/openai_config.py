@@ -1,7 +1,9 @@
-"""The ``openai`` engine's settings, its fault names and the server checks that need no engine.
+"""The ``openai`` engine's settings, its fault names, what a stream chunk carries, and the server
+checks that need no engine.
 
 :class:`OpenAIServerConfig` is validated in one place; :func:`fault_of` names the fault an
 exception from the client means (:data:`SERVER_FAULTS`, the fallback reasons the planner records);
+:func:`read_chunk` says what one chunk of a stream carries;
 :func:`check_server` is a front end's start-up check of a URL. The engine is
 :mod:`robot_latency.engines.openai_server`.
 """
@@ -110,6 +112,32 @@ def fault_of(err: BaseException) -> tuple[str, str]:
                         AttributeError, IndexError, ValueError)):
         return "server_malformed", f"malformed stream data: {type(err).__name__}: {err}"
     return "server_error", f"{type(err).__name__}: {err}"
+
+
+def read_chunk(chunk: Any, api: str) -> tuple[str, str | None, dict[str, Any] | None]:
+    """Return (text, finish_reason, usage) of one chunk.
+
+    Raises:
+        ValueError: a chunk without the fields every OpenAI stream chunk has.
+    """
+    usage = getattr(chunk, "usage", None)
+    usage_d = usage.model_dump() if hasattr(usage, "model_dump") else (
+        dict(usage) if isinstance(usage, dict) else None)
+    choices = getattr(chunk, "choices", None)
+    if choices is None or not isinstance(choices, list):
+        raise ValueError(f"chunk without a choices list: {str(chunk)[:120]}")
+    if not choices:
+        return "", None, usage_d  # the usage-only chunk at the end
+    choice = choices[0]
+    if api == "chat":
+        delta = getattr(choice, "delta", None)
+        text = getattr(delta, "content", None) if delta is not None else None
+    else:
+        text = getattr(choice, "text", None)
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"chunk text is {type(text).__name__}, not a string")
+    finish = getattr(choice, "finish_reason", None)
+    return text or "", finish, usage_d
 
 
 def check_server(url: str, *, timeout_s: float = 3.0) -> list[str]:

@@ -10,7 +10,8 @@ One generation::
     generate() ─► coroutine on the engine's event-loop thread:
                     POST /v1/completions (or /chat/completions), stream=True
                     each chunk: stamped with the injected clock as it arrives (TTFT, ITL)
-                    output a complete valid plan? ─► stop: the stream is closed
+                    output complete (the request's contract)? ─► stop: the stream is closed
+                    the stream's end (finish, complete, fault) stamped when it happens
                ◄─ waits until the coroutine ends, the request's deadline passes or abort is set;
                   then the task is cancelled, which closes the connection, so the server aborts
                   the request (vLLM and llama.cpp's servers drop a request whose client left)
@@ -18,6 +19,14 @@ One generation::
 The caller is never held by a request it gave up: the next generation is a new request on its own
 connection, whatever the last one still does. Faults end the trace with ``stop_reason="error"``
 and a ``fault`` the planner records as the fallback reason (:data:`SERVER_FAULTS`).
+
+How it ended, as the in-process engines say it: ``complete`` when the text became a complete
+output of the request's contract (``request.complete``; checked piece by piece,
+:class:`~robot_latency.engines.completion.CompletionWatch`) and the stream was closed there;
+``done`` when the server finished it (``finish_reason: "stop"``); ``max_tokens`` at its length
+limit. ``finished_ns`` is when that happened (the chunk that completed or finished it, or the
+fault), not when the caller collected the trace; a request given up or cancelled ends when it
+was.
 
 Timing at the robot: ``token_ns`` holds one stamp per streamed chunk that carried text, taken when
 the chunk arrived. A server may put several tokens in one chunk (vLLM under load does); such a
@@ -33,12 +42,12 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import (
+    FINISHED,
     AbortSignal,
     ClosesOnExit,
     EngineError,
@@ -47,6 +56,7 @@ from robot_latency.engines.base import (
     StopReason,
     register_engine,
 )
+from robot_latency.engines.completion import CompletionWatch
 from robot_latency.engines.openai_config import (  # noqa: F401  (re-exported)
     SERVER_APIS,
     SERVER_FAULTS,
@@ -55,30 +65,13 @@ from robot_latency.engines.openai_config import (  # noqa: F401  (re-exported)
     ServerCheckError,
     check_server,
     fault_of,
+    read_chunk,
 )
 
 log = logging.getLogger(__name__)
 
 #: How often the waiting caller looks at the abort flag (s).
 _ABORT_POLL_S = 0.002
-
-
-def plan_is_complete(contract: Any, text: str) -> bool:
-    """Return True when ``text`` is already a complete plan the contract accepts.
-
-    A JSON plan is complete once it parses and validates; an action plan once its ``<end>``
-    token is there and it parses (without ``<end>``, more steps could follow). The engine takes
-    this check as a parameter (``complete_check``), so a shared one can replace it.
-    """
-    from robot_latency.profiles.actions import END_TOKEN, PlanParseError
-
-    if getattr(contract, "kind", None) == "actions" and END_TOKEN not in text:
-        return False
-    try:
-        contract.parse(text)
-    except PlanParseError:
-        return False
-    return True
 
 
 @dataclass
@@ -94,9 +87,22 @@ class _Stream:
     response_ns: int | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    complete: bool = False          # stopped early: the text is a complete valid plan
+    complete: bool = False          # stopped early: the text is a complete output
     fault: str | None = None
     error: str | None = None
+    ended_ns: int | None = None     # when the stream ended by itself (finish, complete, fault)
+
+    def own_end(self) -> StopReason:
+        """Why the stream ended by itself (call once ``done`` is set, under ``lock``)."""
+        if self.fault is not None:
+            return StopReason.ERROR
+        if self.complete:
+            return StopReason.COMPLETE
+        if self.finish_reason == "stop":
+            return StopReason.DONE
+        if self.finish_reason == "length":
+            return StopReason.MAX_TOKENS
+        return StopReason.ERROR  # [DONE] without a finish_reason (PendingGeneration.finish)
 
 
 class OpenAIServerEngine(ClosesOnExit):
@@ -105,8 +111,6 @@ class OpenAIServerEngine(ClosesOnExit):
     Args:
         config: the engine's settings.
         clock: the injected clock.
-        complete_check: ``(contract, text) -> bool``, True once the text is a complete valid
-            plan (default :func:`plan_is_complete`).
         contract: the planner profile's output contract, when the caller has the profile loaded
             (the hybrid runner); None: loaded here from ``config.profile`` (the engine in a
             worker process).
@@ -115,7 +119,6 @@ class OpenAIServerEngine(ClosesOnExit):
     name = "openai"
 
     def __init__(self, config: OpenAIServerConfig, *, clock: Clock = DEFAULT_CLOCK,
-                 complete_check: Callable[[Any, str], bool] = plan_is_complete,
                  contract: Any = None) -> None:
         import httpx
         import openai
@@ -124,7 +127,6 @@ class OpenAIServerEngine(ClosesOnExit):
 
         self.config = config
         self.clock = clock
-        self.complete_check = complete_check
         self.contract = contract if contract is not None else \
             load_planning(config.profile).contract
         self._loop = asyncio.new_event_loop()
@@ -137,6 +139,10 @@ class OpenAIServerEngine(ClosesOnExit):
             # No read timeout of the client's own: the request ends at its deadline, decided
             # here; the connect timeout bounds a SYN that nobody answers.
             timeout=httpx.Timeout(None, connect=config.connect_timeout_s))
+        # The client imports its API resources on first use (about 1 s here on a busy 2-core
+        # machine): import them now, so neither the start-up check's timeout nor the first
+        # cycle's deadline pays for it.
+        _ = (self._client.models, self._client.completions, self._client.chat.completions)
         self.model = config.server_model
         self.kind = config.server_kind
         self.check_error: str | None = None
@@ -236,6 +242,7 @@ class OpenAIServerEngine(ClosesOnExit):
 
     async def _stream(self, request: GenerationRequest, state: _Stream) -> None:
         clock = self.clock
+        watch = CompletionWatch(request.complete)
         try:
             if self.kind == "auto" or (not self.model and not self.server_models):
                 # Not learnt at start-up (the server was down then): ask once it answers.
@@ -248,7 +255,7 @@ class OpenAIServerEngine(ClosesOnExit):
             async with stream:
                 async for chunk in stream:
                     now = clock()
-                    text, finish, usage = self._read_chunk(chunk, api)
+                    text, finish, usage = read_chunk(chunk, api)
                     with state.lock:
                         if state.closed:
                             return
@@ -260,43 +267,23 @@ class OpenAIServerEngine(ClosesOnExit):
                             state.pieces.append(text)
                         if finish:
                             state.finish_reason = finish
-                        so_far = "".join(state.pieces) if text and not finish else None
-                    if so_far is not None and self.complete_check(self.contract, so_far):
-                        state.complete = True
+                            state.ended_ns = now
+                        if text and watch.feed(text):
+                            state.complete, state.ended_ns = True, now
+                    if state.complete:
                         return  # leaving `async with` closes the stream: the server stops
         except asyncio.CancelledError:
             raise
         except Exception as err:  # every fault ends in the trace, never in the caller
-            state.fault, state.error = fault_of(err)
-            log.debug("openai request failed: %s", state.error)
+            fault, message = fault_of(err)
+            with state.lock:
+                state.fault, state.error, state.ended_ns = fault, message, clock()
+            log.debug("openai request failed: %s", message)
         finally:
+            with state.lock:
+                if state.ended_ns is None:
+                    state.ended_ns = clock()
             state.done.set()
-
-    @staticmethod
-    def _read_chunk(chunk: Any, api: str) -> tuple[str, str | None, dict[str, Any] | None]:
-        """Return (text, finish_reason, usage) of one chunk.
-
-        Raises:
-            ValueError: a chunk without the fields every OpenAI stream chunk has.
-        """
-        usage = getattr(chunk, "usage", None)
-        usage_d = usage.model_dump() if hasattr(usage, "model_dump") else (
-            dict(usage) if isinstance(usage, dict) else None)
-        choices = getattr(chunk, "choices", None)
-        if choices is None or not isinstance(choices, list):
-            raise ValueError(f"chunk without a choices list: {str(chunk)[:120]}")
-        if not choices:
-            return "", None, usage_d  # the usage-only chunk at the end
-        choice = choices[0]
-        if api == "chat":
-            delta = getattr(choice, "delta", None)
-            text = getattr(delta, "content", None) if delta is not None else None
-        else:
-            text = getattr(choice, "text", None)
-        if text is not None and not isinstance(text, str):
-            raise ValueError(f"chunk text is {type(text).__name__}, not a string")
-        finish = getattr(choice, "finish_reason", None)
-        return text or "", finish, usage_d
 
     # --- the protocol ---------------------------------------------------------------------------
     def generate(self, request: GenerationRequest, *,
@@ -349,6 +336,16 @@ class PendingGeneration:
         """The request ended on its own (answer, fault)."""
         return self.state.done.is_set()
 
+    def finished_text(self) -> str | None:
+        """The text, once the stream ended by itself with its output finished (the server's
+        ``stop`` or a complete output: :func:`~robot_latency.engines.base.finished`); else
+        None (still open, cut short, failed)."""
+        state = self.state
+        with state.lock:
+            if not state.done.is_set() or state.own_end() not in FINISHED:
+                return None
+            return "".join(state.pieces)
+
     def wait(self, *, abort: AbortSignal | None = None,
              until_ns: int | None = None) -> GenerationTrace:
         """Wait until the request ends, ``abort`` is set, or ``until_ns`` (default: the
@@ -375,7 +372,8 @@ class PendingGeneration:
         return self.finish(StopReason.ABORTED)
 
     def finish(self, stop: StopReason | None) -> GenerationTrace:
-        """Take the trace; with ``stop`` given, cancel the request first (closes its stream)."""
+        """Take the trace; with ``stop`` given and the stream still open, cancel the request
+        first (closes its stream). A stream that ended by itself keeps its own end and time."""
         if self._trace is not None:
             return self._trace
         state, engine = self.state, self.engine
@@ -383,11 +381,27 @@ class PendingGeneration:
             self.future.cancel()  # the task's CancelledError closes the HTTP stream
         with state.lock:
             state.closed = True
-            trace = GenerationTrace(started_ns=self.started_ns)
+            ended = state.done.is_set()
+            # Given up or cancelled while the stream was open: it ends now, as the caller
+            # stopped it; otherwise when the server's last chunk (or the fault) came.
+            finished_ns = state.ended_ns if ended and state.ended_ns is not None \
+                else engine.clock()
+            trace = GenerationTrace(started_ns=self.started_ns, finished_ns=finished_ns)
             trace.token_ns = list(state.token_ns)
             trace.text = "".join(state.pieces)
             usage = state.usage or {}
             by_usage = usage.get("completion_tokens") is not None
+            trace.stop_reason = state.own_end() if ended else (stop or StopReason.ABORTED)
+            fault = state.fault
+            if ended and trace.stop_reason is StopReason.ERROR and fault is None:
+                # [DONE] without a finish_reason: an interrupted answer can look finished
+                # (llama-cpp-python's server ends a stream this way when another request
+                # arrives, unless started with --interrupt_requests false).
+                fault = "invalid_output"
+                trace.error = (f"stream ended without a finish_reason "
+                               f"(finish_reason={state.finish_reason!r}); not a complete plan")
+            elif trace.stop_reason is StopReason.ERROR:
+                trace.error = state.error
             server: dict[str, Any] = {
                 "url": engine.config.base_url, "api": engine.config.server_api,
                 "model": engine.model, "kind": engine.kind, "chunks": state.chunks,
@@ -399,30 +413,12 @@ class PendingGeneration:
                 "finish_reason": state.finish_reason,
                 "response_ms": None if state.response_ns is None
                 else (state.response_ns - self.started_ns) / 1e6,
-                "closed_early": stop is not None or state.complete,
-                "fault": state.fault}
+                "closed_early": not ended or state.complete,
+                "fault": fault}
             if by_usage:
                 trace.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            if stop is not None:
-                trace.stop_reason = stop
-            elif state.fault is not None:
-                trace.stop_reason, trace.error = StopReason.ERROR, state.error
-            elif state.complete or state.finish_reason == "stop":
-                trace.stop_reason = StopReason.DONE
-            elif state.finish_reason == "length":
-                trace.stop_reason = StopReason.MAX_TOKENS
-            else:
-                # [DONE] without a finish_reason: an interrupted answer can look finished
-                # (llama-cpp-python's server ends a stream this way when another request
-                # arrives, unless started with --interrupt_requests false).
-                state.fault = "invalid_output"
-                trace.stop_reason = StopReason.ERROR
-                trace.error = (f"stream ended without a finish_reason "
-                               f"(finish_reason={state.finish_reason!r}); not a complete plan")
-                server["fault"] = state.fault
         trace.server = server
-        trace.fault = state.fault if trace.stop_reason is StopReason.ERROR else None
-        trace.finished_ns = engine.clock()
+        trace.fault = fault if trace.stop_reason is StopReason.ERROR else None
         self._trace = trace
         return trace
 

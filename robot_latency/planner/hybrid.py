@@ -11,8 +11,20 @@
                                prefer_server   the server's plan if valid by give_up, else the
                                                onboard one
 
+Under either policy a valid server plan, once it arrives, aborts the onboard generation of its
+cycle (it is the plan published), so the cycle goes on at once instead of waiting for a slow
+onboard model until give_up. The abort names the onboard request it is for, so it holds even
+when it comes before the worker has taken that request (:class:`~robot_latency.planner.abort.
+AbortFlag`). A plan is finished when its generation ended by itself, ``done`` or ``complete``
+(:func:`~robot_latency.engines.base.finished`), and valid when the contract parses it; the
+server's is in time when its stream ended (``finished_ns``, stamped as the last chunk came) by
+give_up.
+
 The chosen side's trace goes to the loop; ``trace.server["hybrid"]`` keeps both sides' timings,
-which plan was published and why, so a record shows the race.
+which plan was published and why, so a record shows the race. When neither is valid, the
+onboard side's failure names the fallback reason, as onboard-only would, unless the onboard
+model only ran out of time while the server failed: the server's fault names it then (a server
+killed mid-stream is ``server_error``, not ``deadline``).
 """
 
 from __future__ import annotations
@@ -22,13 +34,17 @@ import threading
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
-from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
+from robot_latency.engines.base import (
+    GenerationRequest,
+    GenerationTrace,
+    StopReason,
+    finished,
+)
 from robot_latency.planner.config import HYBRID_POLICIES
 from robot_latency.planner.loop import Interrupt, Runner, RunOutcome
 from robot_latency.planner.runner import RunnerHealth
 
 log = logging.getLogger(__name__)
-
 
 
 def _side(trace: GenerationTrace | None, status: str, valid: bool,
@@ -80,29 +96,26 @@ class HybridRunner:
         self._onboard_running = False
         self.published = {"onboard": 0, "server": 0, "none": 0}
 
-    def _valid(self, trace: GenerationTrace | None) -> bool:
-        if trace is None or trace.stop_reason is not StopReason.DONE:
-            return False
+    def _parses(self, text: str) -> bool:
         try:
-            self.contract.parse(trace.text)
+            self.contract.parse(text)
         except Exception:
             return False
         return True
 
-    def _on_server_done(self, cycle: int, pending: Any) -> None:
-        """first_valid: a valid server plan stops the onboard engine of the same cycle."""
-        state = pending.state
-        with state.lock:
-            text, finish, complete = "".join(state.pieces), state.finish_reason, state.complete
-        if not (complete or finish == "stop"):
-            return
-        try:
-            self.contract.parse(text)
-        except Exception:
+    def _valid(self, trace: GenerationTrace | None) -> bool:
+        """A finished generation (done or complete) whose text the contract accepts."""
+        return trace is not None and finished(trace) and self._parses(trace.text)
+
+    def _on_server_done(self, cycle: int, request: GenerationRequest, pending: Any) -> None:
+        """A valid server plan stops the onboard generation of the same cycle: it is the plan
+        published (first_valid: it came first; prefer_server: it is preferred)."""
+        text = pending.finished_text()
+        if text is None or not self._parses(text):
             return
         with self._lock:
             if cycle == self._cycle and self._onboard_running:
-                self.onboard.request_abort()
+                self.onboard.request_abort(request)
 
     def run(self, request: GenerationRequest, *, give_up_ns: int,
             interrupt: Interrupt | None = None) -> RunOutcome:
@@ -116,8 +129,8 @@ class HybridRunner:
             cycle = self._cycle
             self._onboard_running = True
         pending = self.server.start(request)
-        if self.policy == "first_valid":
-            pending.future.add_done_callback(lambda _f: self._on_server_done(cycle, pending))
+        pending.future.add_done_callback(
+            lambda _f: self._on_server_done(cycle, request, pending))
         try:
             onboard = self.onboard.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         except Exception as err:  # a broken onboard engine leaves the server's answer
@@ -135,14 +148,16 @@ class HybridRunner:
             server_trace = pending.cancel()  # closes the stream: the server stops
         else:
             server_trace = pending.wait(until_ns=give_up_ns)
-        server_ok = server_trace.stop_reason is StopReason.DONE and \
-            (server_trace.finished_ns or 0) <= give_up_ns
+        server_ok = finished(server_trace) and (server_trace.finished_ns or 0) <= give_up_ns
         sv_valid = server_ok and self._valid(server_trace)
         choice, why = self._choose(on_valid, sv_valid, onboard.trace, server_trace)
         self.published[choice] += 1
+        stopped = not on_valid and onboard.trace is not None and sv_valid and \
+            onboard.trace.stop_reason is StopReason.ABORTED  # by the server's plan
         race = {"policy": self.policy, "published": None if choice == "none" else choice,
                 "why": why,
-                "onboard": _side(onboard.trace, onboard.status, on_valid, onboard.error),
+                "onboard": _side(onboard.trace, "stopped" if stopped else onboard.status,
+                                 on_valid, onboard.error),
                 "server": {**_side(server_trace, _server_status(server_trace, server_ok),
                                    sv_valid, None), "fault": server_trace.fault}}
         if choice == "server":
@@ -152,6 +167,11 @@ class HybridRunner:
             assert onboard.trace is not None
             onboard.trace.server = {**(server_trace.server or {}), "hybrid": race}
             return RunOutcome(onboard.trace, "ok")
+        if onboard.status == "timeout" and server_trace.fault is not None:
+            # Neither, and the server failed while the onboard model only ran out of time: the
+            # server's fault is the reason (module docstring).
+            server_trace.server = {**(server_trace.server or {}), "hybrid": race}
+            return RunOutcome(server_trace, "error", server_trace.error)
         # Neither: the onboard side's outcome decides the fallback reason (as onboard-only
         # would), the record still shows the server's try.
         trace = onboard.trace or GenerationTrace(started_ns=server_trace.started_ns,
@@ -166,8 +186,9 @@ class HybridRunner:
             if self.policy == "prefer_server":
                 return "server", "both valid; the server is preferred"
             assert on_trace is not None
-            on_t = on_trace.token_ns[-1] if on_trace.token_ns else on_trace.finished_ns or 0
-            sv_t = sv_trace.token_ns[-1] if sv_trace.token_ns else sv_trace.finished_ns or 0
+            # when each side's plan was finished: its generation's end, stamped where it ended
+            on_t = on_trace.finished_ns or (on_trace.token_ns or [0])[-1]
+            sv_t = sv_trace.finished_ns or (sv_trace.token_ns or [0])[-1]
             return (("server", "both valid; the server's came first") if sv_t < on_t
                     else ("onboard", "both valid; the onboard one came first"))
         if sv_valid:
@@ -187,9 +208,9 @@ class HybridRunner:
         """The onboard worker's partial trace of the request given up on last, if it has one."""
         return self.onboard.collect_aborted(until_ns)
 
-    def request_abort(self) -> None:
+    def request_abort(self, request: GenerationRequest | None = None) -> None:
         """Stop the onboard generation (the server's request ends with its cycle)."""
-        self.onboard.request_abort()
+        self.onboard.request_abort(request)
 
     def generated_tokens(self) -> int | None:
         """The onboard generation's tokens so far (the server's stream is not counted)."""

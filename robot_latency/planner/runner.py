@@ -67,8 +67,9 @@ class Runner(Protocol):
     def collect_aborted(self, until_ns: int) -> GenerationTrace | None:
         """The partial trace of the request given up on last, waited for until ``until_ns``."""
 
-    def request_abort(self) -> None:
-        """Ask the generation running now to stop (from another thread)."""
+    def request_abort(self, request: GenerationRequest | None = None) -> None:
+        """Ask ``request``'s generation (None: the one running now) to stop, from another
+        thread; a request not started yet stops as it starts."""
 
     def generated_tokens(self) -> int | None:
         """Tokens out so far of the generation the loop waits for now (from another thread);
@@ -142,7 +143,7 @@ class InlineRunner:
         """None: an inline generation is over when :meth:`run` returns, nothing is left."""
         return None
 
-    def request_abort(self) -> None:
+    def request_abort(self, request: GenerationRequest | None = None) -> None:
         """Nothing: an inline generation runs in the caller's thread and stops at its deadline
         or at the loop's interrupt."""
 

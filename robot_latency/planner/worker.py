@@ -17,13 +17,14 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace
-from robot_latency.planner.abort_flag import AbortFlag
+from robot_latency.planner.abort import AbortFlag
 from robot_latency.planner.config import DEFAULT_HANG_TIMEOUT_MS
 from robot_latency.planner.runner import Interrupt, RunnerHealth, RunOutcome, outcome_of
 
@@ -72,7 +73,7 @@ def _worker_main(conn: Connection, abort: AbortFlag, engine_name: str,
                 break
             seq, request = msg
             try:
-                trace = engine.generate(request, abort=abort)
+                trace = engine.generate(request, abort=abort.for_request(seq))
                 conn.send(("trace", seq, trace.to_dict()))
             except Exception as err:
                 conn.send(("error", seq, f"{type(err).__name__}: {err}"))
@@ -117,6 +118,11 @@ class ProcessRunner:
         self._abort: AbortFlag | None = None
         self._seq = 0
         self._busy_seq: int | None = None   # request still running in the worker
+        # The request sent last (its object and id), one whose abort was asked before it was
+        # sent (request_abort from another thread), the flag's stores: under _abort_lock.
+        self._abort_lock = threading.Lock()
+        self._sent: tuple[GenerationRequest, int] | None = None
+        self._abort_wanted: GenerationRequest | None = None
         self._in_flight = False             # a run() is waiting for the worker's answer
         self._busy_give_up_ns = 0
         self.engine_info: dict[str, Any] = {}
@@ -345,9 +351,14 @@ class ProcessRunner:
         if self._loading or self._proc is None or self._conn is None:
             return RunOutcome(None, "unavailable", "engine restarting")
         assert self._abort is not None
-        self._abort.clear()
         self._seq += 1
         seq = self._seq
+        with self._abort_lock:
+            self._sent = (request, seq)
+            if self._abort_wanted is request:  # asked for before it could be sent
+                self._abort_wanted = None
+                self._abort.stop(seq)
+        self._abort.reset_tokens()
         try:
             self._conn.send((seq, request))
         except (OSError, ValueError) as err:
@@ -378,7 +389,8 @@ class ProcessRunner:
             if msg is None:
                 # Not done in time, or a newer command preempts it: ask the engine to stop,
                 # keep the slot busy until it answers (collect_aborted takes its trace).
-                self._abort.set()
+                with self._abort_lock:
+                    self._abort.stop(seq)
                 self._busy_seq, self._busy_give_up_ns = seq, self.clock()
                 preempted = interrupt is not None and self.clock() < give_up_ns
                 return RunOutcome(None, "preempted" if preempted else "timeout")
@@ -417,11 +429,17 @@ class ProcessRunner:
             if self.nap_s:
                 time.sleep(min(self.nap_s, remaining / 1e9))
 
-    def request_abort(self) -> None:
-        """Ask the worker to stop the generation in progress (thread-safe; e.g. a hedged
-        request answered first)."""
-        if self._abort is not None:
-            self._abort.set()
+    def request_abort(self, request: GenerationRequest | None = None) -> None:
+        """Ask the worker to stop ``request``'s generation (None: the one sent last), also when
+        it is not sent yet: it then stops as it starts (thread-safe; e.g. a hedged request
+        answered first while the worker still finished an earlier, aborted one)."""
+        with self._abort_lock:
+            sent = self._sent
+            if request is None or (sent is not None and sent[0] is request):
+                if sent is not None and self._abort is not None:
+                    self._abort.stop(sent[1])
+            else:
+                self._abort_wanted = request
 
     def kill_worker(self) -> None:
         """SIGKILL the worker (for fault drills); the next cycle notices and restarts it."""

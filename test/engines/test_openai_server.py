@@ -21,14 +21,15 @@ GUARD_NS = 20_000_000_000  # a deadline that only a hang reaches
 
 
 def _request(command: str = "pick up the red cup", *, deadline_ns: int | None = None,
-             max_tokens: int = 24, grammar: bool = True) -> GenerationRequest:
+             max_tokens: int = 24, grammar: bool = True,
+             complete: str | None = None) -> GenerationRequest:
     planning = load_planning(None)
     prompt = planning.build(command)
     return GenerationRequest(
         prompt=prompt.suffix, prefix=prompt.prefix, max_tokens=max_tokens,
         deadline_ns=deadline_ns if deadline_ns is not None else time.perf_counter_ns() + GUARD_NS,
         grammar=planning.contract.grammar if grammar else None, stop=planning.stop,
-        messages=planning.messages(command))
+        messages=planning.messages(command), complete=complete)
 
 
 @pytest.fixture()
@@ -170,16 +171,71 @@ def test_the_next_cycle_is_never_held_by_the_last_ones_request(misbehaving_serve
     assert misbehaving_server.wait_for(("disconnected", "slow"))
 
 
-def test_a_complete_valid_plan_stops_the_stream(misbehaving_server: Any,
-                                                engine_for: Any) -> None:
-    # The "slow" stream never ends by itself; a contract whose plan is complete after the first
-    # chunk (a stand-in check: any parseable text) stops it there, before any deadline.
-    engine = engine_for(misbehaving_server.url, server_model="slow")
-    engine.complete_check = lambda contract, text: text == "<pick>"
-    trace = engine.generate(_request())
-    assert trace.stop_reason is StopReason.DONE and trace.text == "<pick>"
+def test_a_complete_plan_stops_the_stream_and_is_reported_complete(misbehaving_server: Any,
+                                                                  engine_for: Any) -> None:
+    # "endless_plan" streams a complete action plan (its <end> included), then more text and
+    # no finish_reason: the contract's own check (the end token) stops it there.
+    engine = engine_for(misbehaving_server.url, server_model="endless_plan")
+    trace = engine.generate(_request(complete="actions"))
+    assert trace.stop_reason is StopReason.COMPLETE, trace.error
+    assert trace.text == "<pick><col:red><obj:cup><end>"
+    load_planning(None).contract.parse(trace.text)
     assert trace.server is not None and trace.server["closed_early"]
-    assert misbehaving_server.wait_for(("disconnected", "slow"))
+    assert trace.server["finish_reason"] is None
+    # The end is the chunk that completed the plan, not the moment the trace was collected.
+    assert trace.finished_ns == trace.token_ns[-1]
+    assert misbehaving_server.wait_for(("disconnected", "endless_plan"))
+    # A request without a contract to complete reads on, as an in-process engine would: the
+    # stream then ends at the deadline.
+    more = engine.generate(_request(deadline_ns=time.perf_counter_ns() + 300_000_000))
+    assert more.stop_reason is StopReason.DEADLINE
+    assert more.text.startswith("<pick><col:red><obj:cup><end><pick>")
+
+
+def test_a_finished_stream_keeps_the_time_its_finish_came(misbehaving_server: Any,
+                                                          engine_for: Any) -> None:
+    engine = engine_for(misbehaving_server.url, server_model="plan")
+    pending = engine.start(_request())
+    while not pending.done:
+        time.sleep(0.001)
+    # Collected after it ended: the trace says when the finish came.
+    collected_after = time.perf_counter_ns()
+    trace = pending.wait()
+    assert trace.stop_reason is StopReason.DONE
+    assert trace.finished_ns is not None and trace.token_ns[-1] <= trace.finished_ns
+    assert trace.finished_ns < collected_after
+    # Cancelling a stream that already ended keeps its own end too.
+    assert pending.cancel() is trace
+
+
+@pytest.fixture(scope="module")
+def json_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real llama-cpp-python server with a context long enough for instruct-json's prompt."""
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    with LocalServer(bundled_model_path(), n_threads=1, n_ctx=4096,
+                     log_path=tmp_path_factory.mktemp("json-server") / "server.log") as server:
+        yield server
+
+
+def test_a_json_plan_from_a_real_server_is_complete_at_its_closing_brace(
+        json_server: Any, engine_for: Any) -> None:
+    import json
+
+    planning = load_planning("instruct-json")
+    engine = engine_for(json_server.url, profile="instruct-json")
+    prompt = planning.build("pick up the red cup")
+    request = GenerationRequest(
+        prompt=prompt.suffix, prefix=prompt.prefix, max_tokens=planning.max_tokens,
+        deadline_ns=time.perf_counter_ns() + GUARD_NS, grammar=planning.contract.grammar,
+        stop=planning.stop, complete=planning.contract.kind)
+    trace = engine.generate(request)
+    assert trace.stop_reason is StopReason.COMPLETE, (trace.error, trace.text)
+    assert trace.text.endswith("}") and planning.contract.parse(trace.text)
+    assert json.loads(trace.text) == planning.contract.parse(trace.text)
+    assert trace.finished_ns == trace.token_ns[-1]
+    assert trace.server is not None and trace.server["closed_early"]
 
 
 def test_check_server_names_the_url_in_one_line() -> None:

@@ -121,3 +121,45 @@ def test_no_leak_when_the_server_is_killed_and_restarted_midway(llama_server: An
     # Nothing accumulates: no thread per request, no socket left open per cycle.
     assert threads1 <= threads0
     assert fds1 <= fds0 + 4
+
+
+def test_a_server_killed_mid_stream_falls_back_as_server_error_in_time(tmp_path: Any) -> None:
+    """SIGKILL of the server while it streams: the request in flight ends on the broken stream
+    (``server_error``, its fault in the record), not at the deadline; the fallback is published
+    in time."""
+    import time
+
+    from robot_latency.engines.llama_server import LocalServer
+    from robot_latency.models.bundled import bundled_model_path
+
+    with LocalServer(bundled_model_path(), n_threads=1,
+                     log_path=tmp_path / "server.log") as server:
+        # A long unconstrained answer (end of text banned), so the kill lands mid-stream.
+        loop = Loop(server.url, grammar=False, request_extra={"logit_bias": {"4": -100.0}})
+        loop.loop.max_tokens = 800
+        started: list[Any] = []
+        start = loop.engine.start
+
+        def spy(request: Any) -> Any:
+            started.append(start(request))
+            return started[-1]
+        loop.engine.start = spy
+
+        def kill() -> None:
+            end = time.monotonic() + 120  # a hang guard
+            while (not started or not started[0].state.token_ns) and time.monotonic() < end:
+                time.sleep(0.001)
+            server.stop()  # SIGKILL to its process group
+        killer = threading.Thread(target=kill, daemon=True)
+        killer.start()
+        try:
+            rec = loop.cycle()
+        finally:
+            killer.join(timeout=120)
+            loop.close()
+    assert rec.token_ns, "the server died before it streamed"
+    assert rec.fallback_reason == "server_error" and rec.plan_source == "fallback"
+    assert rec.offboard is not None and rec.offboard["fault"] == "server_error"
+    assert rec.stop_reason == "error" and "stream broken" in (rec.engine_error or "")
+    assert rec.plan is not None and rec.deadline_met
+    assert len(loop.published) == 1 and loop.published[0]["deadline_met"]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from robot_latency.engines.base import GenerationRequest
+from robot_latency.engines.base import GenerationRequest, StopReason
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop, RunOutcome
 from robot_latency.planner.mailbox import InboundCommand
@@ -157,3 +157,49 @@ def test_cycle_given_up_on_records_its_phases_and_tokens_so_far() -> None:
     assert rec.tokens_out == 3 and rec.stop_reason == "aborted"
     assert all(t <= rec.deadline_ns - rec.margin_ns for t in rec.token_ns)
     assert rec.e2e_ns == rec.ttft_ns + sum(rec.itl_ns)
+
+
+def test_an_abort_asked_before_the_request_is_sent_is_not_lost() -> None:
+    """A hedged server's plan can arrive while the worker still finishes an earlier, aborted
+    request, before this cycle's request is sent: the abort names this request, so it stops as
+    it starts. Scripted as the slow-abort test above: request 1 is given up and blocks; request
+    2 waits for it; the abort for request 2 is asked then; only then is the engine let go."""
+    release = mp.get_context("spawn").Event()
+    with ProcessRunner("sim", {**FAST, "sleep_ns": release.wait},
+                       hang_timeout_ms=600_000) as runner:
+        first = runner.run(GenerationRequest(prompt=CUP + PLAN_TOKEN),
+                           give_up_ns=runner.clock() + 200 * MS)
+        assert first.status == "timeout"
+        request = GenerationRequest(prompt=CUP + PLAN_TOKEN, max_tokens=32)
+        second: list[RunOutcome] = []
+        thread = threading.Thread(target=lambda: second.append(runner.run(
+            request, give_up_ns=runner.clock() + 600 * 1000 * MS)))
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not any("waiting for aborted request 1" in what for _, what in runner.events):
+            assert thread.is_alive(), second
+            assert time.monotonic() < deadline, "the runner never waited"
+            time.sleep(0.01)
+        runner.request_abort(request)  # before request 2 is sent
+        release.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        # The abort was for request 2 only: the next request plans in full.
+        third = runner.run(GenerationRequest(prompt=CUP + PLAN_TOKEN, max_tokens=32),
+                           give_up_ns=runner.clock() + 600 * 1000 * MS)
+    (outcome,) = second
+    assert outcome.trace is not None and outcome.trace.stop_reason is StopReason.ABORTED
+    assert outcome.status == "timeout" and "<loc:tray>" not in outcome.trace.text
+    assert third.status == "ok" and third.trace is not None
+    assert "<loc:tray>" in third.trace.text
+
+
+def test_an_abort_for_a_request_that_ended_does_not_reach_the_next() -> None:
+    with ProcessRunner("sim", INSTANT, worker_nice=0) as runner:
+        done = GenerationRequest(prompt=CUP + PLAN_TOKEN, max_tokens=32)
+        assert runner.run(done, give_up_ns=runner.clock() + 60_000 * MS).status == "ok"
+        runner.request_abort(done)  # late: that generation is over
+        nxt = runner.run(GenerationRequest(prompt=CUP + PLAN_TOKEN, max_tokens=32),
+                         give_up_ns=runner.clock() + 60_000 * MS)
+    assert nxt.status == "ok" and nxt.trace is not None
+    assert nxt.trace.stop_reason is not StopReason.ABORTED

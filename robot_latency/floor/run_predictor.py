@@ -9,6 +9,7 @@ from robot_latency.floor.calibration import Calibration
 from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.modelinfo import ModelFacts
 from robot_latency.floor.predict import predict_floor
+from robot_latency.floor.steps import StepPredictor
 from robot_latency.floor.target import predict_target
 from robot_latency.records import CycleRecord
 
@@ -18,14 +19,19 @@ class FloorPredictor:
 
     The target's entry carries, beside its floor, the calibrated prediction of the engine
     family (``itl_pred_ms``, ``ttft_pred_ms``, ``engine_family``, ``calibration``); None where
-    no calibration could be had (the reason is in the manifest).
+    no calibration could be had (the reason is in the manifest). ``steps``: the step predictor
+    (:mod:`robot_latency.floor.steps`, with ``predict``'s corrections) the record's target answer
+    is computed with; by default one without corrections.
     """
 
     def __init__(self, model: ModelFacts, host: DeviceSheet,
                  target: DeviceSheet, *, calibration: Calibration | None = None,
-                 calibration_error: str | None = None) -> None:
+                 calibration_error: str | None = None,
+                 steps: StepPredictor | None = None) -> None:
         self.model, self.host, self.target = model, host, target
         self.calibration, self.calibration_error = calibration, calibration_error
+        self.steps = steps if steps is not None or calibration is None else \
+            StepPredictor(model, target, calibration)
         self._cal_label = None if calibration is None else (
             f"{calibration.source}, {calibration.scope} scope, {len(calibration.basis)} points")
 
@@ -51,28 +57,26 @@ class FloorPredictor:
         """Set the record's predicted end-to-end time on the target and whether it meets the
         deadline (the ``target_*`` fields of :class:`CycleRecord`); nothing without a
         calibration, a model token or a TTFT prediction."""
-        if self.calibration is None or not rec.token_ns or rec.tokens_in is None:
+        if self.steps is None or not rec.token_ns or rec.tokens_in is None:
             return
-        t = predict_target(self.model, self.target, self.calibration,
-                           context_tokens=rec.tokens_in, prompt_tokens=rec.tokens_in,
-                           cached_prefix_tokens=rec.prefix_cache_tokens or 0)
-        if t.ttft_pred_ms is None:
-            return
+        if not self.target.peak_flops:
+            return  # no TTFT prediction on a device without a FLOP/s figure
+        t = self.steps.predict(max(0, rec.tokens_in - (rec.prefix_cache_tokens or 0)),
+                               context_tokens=rec.tokens_in)
         n = rec.tokens_out
-        lo, hi = t.itl_pred_interval_ms
-        e2e = t.ttft_pred_ms + (n - 1) * t.itl_pred_ms
+        lo, hi = (t.itl_ms * (1 + t.itl_interval_rel[0]), t.itl_ms * (1 + t.itl_interval_rel[1]))
+        e2e = t.e2e_ms(n)
         complete = rec.stop_reason in ("done", "complete")
         deadline_ms = rec.deadline_budget_ns / 1e6
         rec.target_e2e_pred_ms = e2e
-        rec.target_e2e_pred_interval_ms = [t.ttft_pred_ms + (n - 1) * lo,
-                                           t.ttft_pred_ms + (n - 1) * hi]
+        rec.target_e2e_pred_interval_ms = [t.ttft_ms + (n - 1) * lo, t.ttft_ms + (n - 1) * hi]
         rec.target_deadline_met_pred = (e2e <= deadline_ms if complete
                                         else (False if e2e > deadline_ms else None))
-        rec.target_pred = {"ttft_ms": t.ttft_pred_ms, "itl_ms": t.itl_pred_ms,
+        rec.target_pred = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms,
                            "itl_interval_ms": [lo, hi], "tokens_out": n,
                            "basis": "complete" if complete else "partial",
                            "max_tokens": max_tokens, "device_id": self.target.id,
-                           "engine_family": t.engine_family}
+                           "engine_family": self.steps.calibration.engine_family}
 
     def manifest(self) -> dict[str, Any]:
         """Return the weights-only floors and the target's calibrated prediction."""

@@ -1,0 +1,133 @@
+"""The one path from a model, a device and an engine family to the target's per-step times.
+
+``predict``, the records and the report all predict a command's time on the target through
+:class:`StepPredictor` (built by :func:`step_predictor`), so the same inputs give the same
+milliseconds everywhere. It applies the corrections ``predict`` has always applied:
+
+- a preset's weight bytes scaled to the GGUF size a published row states
+  (:func:`~robot_latency.floor.target.with_published_size`);
+- the per-model correction from the model's own published rows in the source's other setups
+  (:func:`~robot_latency.floor.target.adjust_for_model`), for the preset the model is (a file
+  built from a preset, e.g. the demo's inflated ladder, names it in ``model_id``).
+
+:meth:`StepPredictor.predict` is the single inner call: TTFT of a prompt's uncached tokens and
+ITL at a context length, each with the relative interval the Monte Carlo draws the family's
+error from. Where the prefill prediction gains its own calibration and interval, only that
+method changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from robot_latency.floor.calibration import Calibration
+from robot_latency.floor.devices import DeviceSheet
+from robot_latency.floor.errors import FloorError
+from robot_latency.floor.modelinfo import ModelFacts
+from robot_latency.floor.published import INTERVAL_COVERAGE
+from robot_latency.floor.target import adjust_for_model, predict_target, with_published_size
+
+__all__ = ["StepPrediction", "StepPredictor", "step_predictor"]
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One command's predicted steps on the target (ms).
+
+    ``itl_interval_rel`` and ``ttft_interval_rel`` are (lo, hi) relative bounds of the
+    prediction's interval at ``coverage`` (``ttft_interval_rel`` None: the prefill prediction
+    has no interval of its own yet). ``itl_floor_ms`` is the bandwidth floor: no draw goes
+    below it.
+    """
+
+    ttft_ms: float
+    itl_ms: float
+    itl_floor_ms: float
+    itl_interval_rel: tuple[float, float]
+    ttft_interval_rel: tuple[float, float] | None
+    coverage: float
+
+    def e2e_ms(self, tokens_out: int) -> float:
+        """TTFT + (tokens_out - 1) x ITL: the time to the last of ``tokens_out`` tokens."""
+        return self.ttft_ms + max(0, tokens_out - 1) * self.itl_ms
+
+
+@dataclass(frozen=True)
+class StepPredictor:
+    """Per-step predictions for one model on one device under one calibration.
+
+    Attributes:
+        model: the model's facts, corrected (published GGUF size for a preset).
+        device: the target's datasheet.
+        calibration: the engine family's calibration on it.
+        model_id: the preset the per-model correction looks up (None: none).
+        notes: what the corrections did (one line each).
+    """
+
+    model: ModelFacts
+    device: DeviceSheet
+    calibration: Calibration
+    model_id: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def from_table(self) -> bool:
+        return self.calibration.source == "published table"
+
+    @property
+    def prefill_calibrated(self) -> bool:
+        return self.calibration.prefill_calibrated
+
+    def predict(self, uncached_prompt_tokens: int, *, context_tokens: int = 0) -> StepPrediction:
+        """Predict the TTFT of ``uncached_prompt_tokens`` and the ITL at ``context_tokens``.
+
+        Raises:
+            FloorError: a device without a FLOP/s figure (no TTFT), or a value out of range.
+        """
+        pred = predict_target(self.model, self.device, self.calibration,
+                              context_tokens=context_tokens,
+                              prompt_tokens=max(1, uncached_prompt_tokens))
+        if self.from_table:
+            pred, _ = adjust_for_model(pred, self.calibration, self.model_id)
+        if pred.ttft_pred_ms is None:
+            raise FloorError(f"device {self.device.id!r} has no FLOP/s figure: no TTFT "
+                             "prediction on it")
+        lo, hi = pred.itl_pred_interval_ms
+        itl = pred.itl_pred_ms
+        return StepPrediction(
+            ttft_ms=pred.ttft_pred_ms, itl_ms=itl, itl_floor_ms=pred.itl_floor_ms,
+            itl_interval_rel=(lo / itl - 1.0, hi / itl - 1.0), ttft_interval_rel=None,
+            coverage=INTERVAL_COVERAGE if self.from_table else 0.8)
+
+    def describe(self) -> dict[str, Any]:
+        """Return what the answer rests on: calibration, prefill state, corrections."""
+        cal = self.calibration
+        return {"device_id": self.device.id, "engine_family": cal.engine_family,
+                "model_name": self.model.name, "model_id": self.model_id,
+                "source": cal.source, "scope": cal.scope, "basis": list(cal.basis),
+                "prefill_calibrated": cal.prefill_calibrated,
+                "prefill": cal.describe()["prefill"], "notes": [*self.notes, *cal.notes]}
+
+
+def step_predictor(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
+                   spec: str | None = None, model_id: str | None = None) -> StepPredictor:
+    """Build the step predictor with ``predict``'s corrections.
+
+    Args:
+        model: the model's facts (as resolved from ``spec``).
+        device: the target's datasheet.
+        cal: the engine family's calibration there.
+        spec: what the user named (a preset id or a path): a preset's size is corrected.
+        model_id: the preset for the per-model correction (default: ``spec``).
+    """
+    notes: tuple[str, ...] = ()
+    if cal.source == "published table" and spec is not None:
+        model, notes = with_published_size(spec, model, device_id=device.id)
+    model_id = model_id if model_id is not None else spec
+    if cal.source == "published table" and model_id is not None:
+        probe = predict_target(model, device, cal)
+        _, adj = adjust_for_model(probe, cal, model_id)
+        if adj is not None and adj.note() is not None:
+            notes = (*notes, str(adj.note()))
+    return StepPredictor(model, device, cal, model_id=model_id, notes=notes)

@@ -1,0 +1,117 @@
+"""What the target's answer is built from, gathered once for every front end.
+
+- :func:`predictor_for`: the step predictor for a model on a device under an engine family, with
+  ``predict``'s corrections. ``predict --stream``, the records (``PlannerRun``) and the report all
+  build it here, so they predict the same milliseconds from the same inputs.
+- :func:`model_preset`: the preset a model is (a preset id, or a ladder file inflated from one),
+  for the per-model correction.
+- :class:`TargetInputs` and ``target.json`` in a run directory: the untimed pass, the stream's
+  commands and replay speed, and the prediction's settings, written beside the timed run (the
+  demo does) so the report can simulate the loop on the target from the run directory alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from robot_latency.floor.devices import get_device
+from robot_latency.floor.modelinfo import resolve_model
+from robot_latency.floor.steps import StepPredictor, step_predictor
+from robot_latency.floor.target import resolve_calibration
+from robot_latency.models.ladder import INFLATED_PREFIX
+from robot_latency.planner.target_sim import LoopRules
+from robot_latency.planner.untimed import UntimedError, UntimedPass
+from robot_latency.streams import Command, CommandStream
+
+#: The file a run directory keeps the target's inputs in.
+TARGET_FILE = "target.json"
+
+
+def model_preset(model: str | None) -> str | None:
+    """Return the preset id ``model`` is: itself for a preset id, the source preset of a ladder
+    file inflated from one (``planner-inflated-qwen2.5-0.5b.Q8_0.gguf``), else None."""
+    if model is None:
+        return None
+    name = Path(model).name
+    if name.startswith(INFLATED_PREFIX):
+        return name[len(INFLATED_PREFIX):].split(".gguf")[0].rsplit(".", 1)[0]
+    return None if Path(model).exists() else model
+
+
+def predictor_for(model: str, device_id: str, engine_family: str, *, quant: str | None = None,
+                  calibration: str | None = None) -> StepPredictor:
+    """Return the step predictor of ``model`` (a GGUF path or a preset id) on ``device_id``.
+
+    Raises:
+        FloorError: an unknown device, model or family, or a family the table cannot calibrate.
+    """
+    device = get_device(device_id)
+    facts = resolve_model(model, quant=None if Path(model).is_file() else quant)
+    cal = resolve_calibration(engine_family, device, calibration=calibration or None)
+    return step_predictor(facts, device, cal, spec=model, model_id=model_preset(model))
+
+
+@dataclass(frozen=True)
+class TargetInputs:
+    """A level's inputs to the target's answer, as kept in a run directory."""
+
+    untimed: UntimedPass
+    stream: CommandStream
+    speed: float
+    model: str
+    quant: str | None
+    device_id: str
+    engine_family: str
+    calibration: str | None
+    rules: LoopRules
+
+    def predictor(self) -> StepPredictor:
+        return predictor_for(self.model, self.device_id, self.engine_family, quant=self.quant,
+                             calibration=self.calibration)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"untimed": self.untimed.to_dict(), "speed": self.speed, "model": self.model,
+                "quant": self.quant, "device_id": self.device_id,
+                "engine_family": self.engine_family, "calibration": self.calibration,
+                "rules": asdict(self.rules),
+                "stream": {"name": self.stream.name, "source": self.stream.source,
+                           "commands": [[c.t_ns, c.text, c.command_id, c.state]
+                                        for c in self.stream.commands]}}
+
+
+def write_target_inputs(inputs: TargetInputs, run_dir: str | os.PathLike[str]) -> Path:
+    """Write ``target.json`` into ``run_dir``."""
+    path = Path(run_dir) / TARGET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(inputs.to_dict(), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_target_inputs(run_dir: str | os.PathLike[str]) -> TargetInputs | None:
+    """Read ``target.json`` of a run directory; None where there is none.
+
+    Raises:
+        UntimedError: the file is there but broken (names the file and the field).
+    """
+    path = Path(run_dir) / TARGET_FILE
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        s = d["stream"]
+        stream = CommandStream(name=str(s["name"]), source=str(s["source"]), topic=None,
+                               commands=tuple(Command(int(t), str(text), str(cid), state)
+                                              for t, text, cid, state in s["commands"]))
+        return TargetInputs(
+            untimed=UntimedPass.from_dict(d["untimed"], where=str(path)), stream=stream,
+            speed=float(d["speed"]), model=str(d["model"]), quant=d.get("quant"),
+            device_id=str(d["device_id"]), engine_family=str(d["engine_family"]),
+            calibration=d.get("calibration"), rules=LoopRules(**d["rules"]))
+    except UntimedError:
+        raise
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise UntimedError(f"{path}: cannot read the target's inputs: {err!r}") from err

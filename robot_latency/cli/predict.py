@@ -38,6 +38,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """Print a calibrated prediction, or the table's leave-one-out validation."""
     if args.validate:
         return _validate(args)
+    if args.stream is not None:
+        return _predict_stream(args)
     device = get_device(args.device)
     path, quant = _model_and_quant(args.model, args.quant)
     model = resolve_model(path, quant=quant)
@@ -89,6 +91,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  f"{r.power_mode or 'mode not stated'}, {r.date or 'date not stated'}")
             echo(f"      {r.url}")
     return 0
+
+
+def _predict_stream(args: argparse.Namespace) -> int:
+    """``--stream``: the loop simulated on the device (robot_latency.cli.predict_stream)."""
+    from robot_latency.cli.predict_stream import cmd_predict_stream
+
+    return cmd_predict_stream(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -179,6 +188,12 @@ def prediction_for_floor(args: argparse.Namespace, floor: dict[str, Any]) -> dic
                           prompt_tokens=args.prompt_tokens).to_dict()
 
 
+def _add_stream_args(p: argparse.ArgumentParser) -> None:
+    from robot_latency.cli.predict_stream import add_stream_args
+
+    add_stream_args(p)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``predict`` and ``calibrate`` commands to the top-level parser."""
     from robot_latency.models.ladder import VALID_QUANTS
@@ -204,6 +219,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="leave-one-out over the published table")
     p.add_argument("--table", default=None, help="with --validate: another table file")
     p.add_argument("--json", action="store_true")
+    _add_stream_args(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("calibrate", help="fit efficiency and overhead from run directories",

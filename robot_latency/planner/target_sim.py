@@ -230,15 +230,18 @@ def _service(cmds: Sequence[SimCommand], steps: StepPredictor, z_prefill: np.nda
 
 
 def deadline_grid(cmds: Sequence[SimCommand], rules: LoopRules, n: int = 24) -> np.ndarray:
-    """Deadlines (ms) for the curve: from just above the margins to past the slowest command."""
+    """Deadlines (ms) for the curve: from just above the margins to past the slowest command
+    (``cmds``: every level's, for one grid), and the run's own deadline."""
     top = max([x.service_ms for x in cmds if x.asked] or [rules.deadline_ms])
     lo = rules.margin_ms + 1.0
-    return np.unique(np.round(np.linspace(lo, max(lo + 1.0, 1.5 * top + rules.margin_ms), n)))
+    grid = np.linspace(lo, max(lo + 1.0, 1.25 * top + rules.margin_ms), n)
+    return np.unique(np.round(np.append(grid, rules.deadline_ms)))
 
 
 def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
                   rules: LoopRules, *, draws: int = DEFAULT_DRAWS, seed: int = 0,
                   miss_target: float = DEFAULT_MISS_TARGET, curve: bool = True,
+                  grid: Sequence[float] | None = None,
                   rests_on: dict[str, Any] | None = None) -> TargetAnswer:
     """Simulate one level on the target: the one answer ``predict --stream`` and the report give.
 
@@ -251,6 +254,7 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         seed: the draws' seed (the same for every level: common draws).
         miss_target: the receiver miss rate the smallest held deadline is stated at.
         curve: also compute the deadline curve (miss rate against deadline, with intervals).
+        grid: the curve's deadlines (ms; default :func:`deadline_grid`): give levels one grid.
         rests_on: what the answer rests on (sources, validation), carried into the answer.
     """
     rng = np.random.default_rng(seed)
@@ -260,7 +264,9 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
     counted = np.array([x.asked for x in cmds])
     n = int(counted.sum())
     valid = np.array([x.plan_valid for x in cmds])
-    grid = deadline_grid(cmds, rules) if curve else np.array([], dtype=float)
+    if not curve:
+        grid = np.array([], dtype=float)
+    grid = deadline_grid(cmds, rules) if grid is None else np.asarray(grid, dtype=float)
     deadlines = np.concatenate([[rules.deadline_ms], grid])
     in_time, e2e, _ = _run(cmds, rules, deadlines, service)
     miss = (~in_time & counted).sum(axis=2)  # (K, D)

@@ -21,19 +21,11 @@ log = logging.getLogger(__name__)
 _D = RunSettings()
 
 
-def untimed_cache_dir() -> Path:
-    """Where untimed passes are cached (beside the model cache)."""
-    from robot_latency.models.ladder import default_cache_dir
-
-    return default_cache_dir().parent / "untimed"
-
-
 def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> Any:
     """Resolve one level, run (or load) its untimed pass; return its TargetInputs."""
-    from robot_latency.cli.settings import resolve_or_usage, settings_from_flags
-    from robot_latency.planner.target_inputs import TargetInputs
-    from robot_latency.planner.target_sim import LoopRules
-    from robot_latency.planner.untimed import run_untimed
+    from robot_latency.cli.settings import settings_from_flags, usage_error
+    from robot_latency.planner.config import SettingsError
+    from robot_latency.planner.target_inputs import untimed_inputs
 
     settings = settings_from_flags(
         log_dir=Path("predict-stream"), engine=args.engine, model=args.model, quant=quant,
@@ -43,15 +35,10 @@ def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> An
         publish_margin_ms=args.publish_margin_ms,
         transport_margin_ms=args.transport_margin_ms, target_device=args.device,
         engine_family=args.engine_family, calibration=args.calibration)
-    run = resolve_or_usage(settings)
-    model = run.engine_options.get("model_path") or run.model
-    if model is None:
-        raise UsageError(f"--engine {args.engine}: no model to predict")
-    untimed = run_untimed(run, stream, cache_dir=untimed_cache_dir())
-    return TargetInputs(untimed=untimed, stream=stream, speed=args.speed, model=str(model),
-                        quant=run.quant, device_id=args.device,
-                        engine_family=args.engine_family, calibration=args.calibration,
-                        rules=LoopRules.from_settings(settings, speed=args.speed))
+    try:
+        return untimed_inputs(settings, stream, speed=args.speed)
+    except SettingsError as err:
+        raise usage_error(err) from err
 
 
 def cmd_predict_stream(args: argparse.Namespace) -> int:
@@ -103,7 +90,7 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
                         "the device for it (an untimed pass per level, cached)")
     g.add_argument("--quants", nargs="+", default=None, metavar="QUANT",
                    help="with --stream: the levels to answer for (default: --quant)")
-    g.add_argument("--engine", default="llamacpp", choices=("llamacpp", "sim", "onnx"),
+    g.add_argument("--engine", default=_D.engine, choices=("llamacpp", "sim", "onnx"),
                    help="the engine of the untimed pass (default llamacpp)")
     g.add_argument("--profile", default="", help="planner profile (default bundled-actions)")
     g.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.steps import StepPredictor, step_predictor
 from robot_latency.floor.target import resolve_calibration
 from robot_latency.models.ladder import INFLATED_PREFIX
-from robot_latency.planner.target_sim import LoopRules
-from robot_latency.planner.untimed import UntimedError, UntimedPass
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.untimed import UntimedError, UntimedPass, run_untimed
 from robot_latency.streams import Command, CommandStream
 
 #: The file a run directory keeps the target's inputs in.
@@ -67,7 +67,7 @@ class TargetInputs:
     device_id: str
     engine_family: str
     calibration: str | None
-    rules: LoopRules
+    settings: RunSettings  # the loop's rules (its loop fields; the manifest's ``config``)
 
     def predictor(self) -> StepPredictor:
         return predictor_for(self.model, self.device_id, self.engine_family, quant=self.quant,
@@ -77,10 +77,42 @@ class TargetInputs:
         return {"untimed": self.untimed.to_dict(), "speed": self.speed, "model": self.model,
                 "quant": self.quant, "device_id": self.device_id,
                 "engine_family": self.engine_family, "calibration": self.calibration,
-                "rules": asdict(self.rules),
+                "loop": self.settings.loop_config(),
                 "stream": {"name": self.stream.name, "source": self.stream.source,
                            "commands": [[c.t_ns, c.text, c.command_id, c.state]
                                         for c in self.stream.commands]}}
+
+
+def untimed_cache_dir() -> Path:
+    """Where untimed passes are cached by content hash (beside the model cache)."""
+    from robot_latency.models.ladder import default_cache_dir
+
+    return default_cache_dir().parent / "untimed"
+
+
+def untimed_inputs(settings: RunSettings, stream: CommandStream, *, speed: float = 1.0,
+                   cache_dir: str | os.PathLike[str] | None = None) -> TargetInputs:
+    """Resolve ``settings``, run (or load from the cache) its untimed pass of ``stream``, and
+    return the level's inputs to the target's answer: the one builder ``predict --stream`` and
+    the demo use.
+
+    Raises:
+        SettingsError: settings that cannot be resolved (``name`` is the field).
+        UntimedError: the engine failed on a command, or no model to predict.
+    """
+    from robot_latency.planner.resolve import resolve_run
+
+    run, _ = resolve_run(settings)
+    model = run.engine_options.get("model_path") or run.model
+    if model is None:
+        raise UntimedError(f"engine {settings.engine}: no model to predict")
+    untimed = run_untimed(run, stream, cache_dir=untimed_cache_dir() if cache_dir is None
+                          else cache_dir)
+    return TargetInputs(untimed=untimed, stream=stream, speed=speed, model=str(model),
+                        quant=run.quant, device_id=settings.target_device,
+                        engine_family=settings.engine_family or "llamacpp-cuda",
+                        calibration=settings.calibration or None,
+                        settings=settings)
 
 
 def write_target_inputs(inputs: TargetInputs, run_dir: str | os.PathLike[str]) -> Path:
@@ -89,6 +121,17 @@ def write_target_inputs(inputs: TargetInputs, run_dir: str | os.PathLike[str]) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(inputs.to_dict(), indent=1) + "\n", encoding="utf-8")
     return path
+
+
+def _loop_settings(loop: dict[str, Any], path: Path) -> RunSettings:
+    from robot_latency.planner.config import LOOP_FIELDS, SettingsError
+
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in loop.items()
+              if k in LOOP_FIELDS}
+    try:
+        return RunSettings(**values)
+    except SettingsError as err:
+        raise UntimedError(f"{path}: loop.{err.name}: {err.message}") from err
 
 
 def read_target_inputs(run_dir: str | os.PathLike[str]) -> TargetInputs | None:
@@ -110,8 +153,10 @@ def read_target_inputs(run_dir: str | os.PathLike[str]) -> TargetInputs | None:
             untimed=UntimedPass.from_dict(d["untimed"], where=str(path)), stream=stream,
             speed=float(d["speed"]), model=str(d["model"]), quant=d.get("quant"),
             device_id=str(d["device_id"]), engine_family=str(d["engine_family"]),
-            calibration=d.get("calibration"), rules=LoopRules(**d["rules"]))
+            calibration=d.get("calibration"), settings=_loop_settings(d["loop"], path))
     except UntimedError:
         raise
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+    except KeyError as err:
+        raise UntimedError(f"{path}: missing field {err.args[0]!r}") from err
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
         raise UntimedError(f"{path}: cannot read the target's inputs: {err!r}") from err

@@ -52,31 +52,14 @@ DEFAULT_DRAWS = 1000
 _Z80 = 1.2815515655446004
 
 
-@dataclass(frozen=True)
-class LoopRules:
-    """The loop's rules the simulation follows (the run's settings, and its measured margin)."""
+#: Ticks a periodic replay runs after the last command arrives (planner/replay.py's default).
+TAIL_CYCLES = 1
 
-    mode: str = "event"
-    deadline_ms: float = 400.0
-    period_ms: float = 500.0
-    on_new_command: str = "queue"
-    publish_margin_ms: float = 2.0
-    transport_margin_ms: float = 0.0
-    speed: float = 1.0
-    tail_cycles: int = 1
 
-    @property
-    def margin_ms(self) -> float:
-        return self.publish_margin_ms + max(0.0, self.transport_margin_ms)
-
-    @classmethod
-    def from_settings(cls, s: RunSettings, *, transport_margin_ms: float | None = None,
-                      speed: float = 1.0) -> LoopRules:
-        """The rules of ``s``; ``transport_margin_ms`` the measured one (default: the fixed)."""
-        tm = s.transport_margin_ms if transport_margin_ms is None else transport_margin_ms
-        return cls(mode=s.mode, deadline_ms=s.deadline_ms, period_ms=s.period_ms,
-                   on_new_command=s.on_new_command, publish_margin_ms=s.publish_margin_ms,
-                   transport_margin_ms=max(0.0, tm), speed=speed)
+def margin_ms(settings: RunSettings) -> float:
+    """What the loop keeps before the deadline: the publish margin + the transport margin (a
+    fixed one; give the measured one as ``replace(settings, transport_margin_ms=...)``)."""
+    return settings.publish_margin_ms + max(0.0, settings.transport_margin_ms)
 
 
 @dataclass(frozen=True)
@@ -164,10 +147,12 @@ def _wilson(k: np.ndarray, n: int, z: float = Z_95) -> tuple[np.ndarray, np.ndar
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return np.clip(mid - half, 0, 1), np.clip(mid + half, 0, 1)
+    # exact ends at 0 and n successes (no rounding residue above the point)
+    return (np.where(k <= 0, 0.0, np.clip(mid - half, 0, 1)),
+            np.where(k >= n, 1.0, np.clip(mid + half, 0, 1)))
 
 
-def _run(cmds: Sequence[SimCommand], rules: LoopRules, deadlines: np.ndarray,
+def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
          service: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Simulate the loop: (in_time, e2e_ms) of shape (K deadlines, D draws, C commands), and
     the mask of commands counted (asked)."""
@@ -178,12 +163,12 @@ def _run(cmds: Sequence[SimCommand], rules: LoopRules, deadlines: np.ndarray,
     asked = np.array([x.asked for x in cmds])
     in_time = np.zeros((k, d, c), dtype=bool)
     e2e = np.full((k, d, c), np.nan)
-    margin = rules.margin_ms
+    margin = margin_ms(rules)
     if rules.mode == "periodic":
         period = np.maximum(rules.period_ms, deadlines)  # (K,)
         last = arrival[-1] if c else 0.0
         for ki in range(k):
-            ticks = np.arange(math.floor(last / period[ki]) + 1 + rules.tail_cycles) * period[ki]
+            ticks = np.arange(math.floor(last / period[ki]) + 1 + TAIL_CYCLES) * period[ki]
             # the newest command that has arrived at each tick
             newest = np.searchsorted(arrival, ticks, side="right") - 1
             planned = np.zeros(c, dtype=bool)
@@ -229,17 +214,17 @@ def _service(cmds: Sequence[SimCommand], steps: StepPredictor, z_prefill: np.nda
     return ttft[None, :] * fp + steps_n[None, :] * np.maximum(itl[None, :] * fd, floor[None, :])
 
 
-def deadline_grid(cmds: Sequence[SimCommand], rules: LoopRules, n: int = 24) -> np.ndarray:
+def deadline_grid(cmds: Sequence[SimCommand], rules: RunSettings, n: int = 24) -> np.ndarray:
     """Deadlines (ms) for the curve: from just above the margins to past the slowest command
     (``cmds``: every level's, for one grid), and the run's own deadline."""
     top = max([x.service_ms for x in cmds if x.asked] or [rules.deadline_ms])
-    lo = rules.margin_ms + 1.0
-    grid = np.linspace(lo, max(lo + 1.0, 1.25 * top + rules.margin_ms), n)
+    lo = margin_ms(rules) + 1.0
+    grid = np.linspace(lo, max(lo + 1.0, 1.25 * top + margin_ms(rules)), n)
     return np.unique(np.round(np.append(grid, rules.deadline_ms)))
 
 
 def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
-                  rules: LoopRules, *, draws: int = DEFAULT_DRAWS, seed: int = 0,
+                  rules: RunSettings, *, draws: int = DEFAULT_DRAWS, seed: int = 0,
                   miss_target: float = DEFAULT_MISS_TARGET, curve: bool = True,
                   grid: Sequence[float] | None = None,
                   rests_on: dict[str, Any] | None = None) -> TargetAnswer:
@@ -249,7 +234,8 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         label: the level's name.
         cmds: the commands (:func:`sim_commands`).
         steps: the step predictor the commands were predicted with (for the error's interval).
-        rules: the loop's rules.
+        rules: the run's settings whose loop rules apply (mode, deadline, period,
+            on_new_command, publish margin, transport margin: the measured one, fixed).
         draws: Monte Carlo draws of the engine family's error.
         seed: the draws' seed (the same for every level: common draws).
         miss_target: the receiver miss rate the smallest held deadline is stated at.
@@ -284,7 +270,7 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         if n and curve else ()
     return TargetAnswer(
         label=label, device_id=steps.device.id, engine_family=steps.calibration.engine_family,
-        deadline_ms=rules.deadline_ms, margin_ms=rules.margin_ms, commands=n,
+        deadline_ms=rules.deadline_ms, margin_ms=margin_ms(rules), commands=n,
         refused=len(cmds) - n, miss_rate=miss[0, 0] / n if n else float("nan"),
         miss_interval=interval, model_in_time_rate=good[0, 0] / n if n else float("nan"),
         model_in_time_interval=g_interval,
@@ -295,7 +281,7 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         rests_on={**steps.describe(), **(rests_on or {})})
 
 
-def min_deadline_ms(cmds: Sequence[SimCommand], rules: LoopRules,
+def min_deadline_ms(cmds: Sequence[SimCommand], rules: RunSettings,
                     miss_target: float = DEFAULT_MISS_TARGET, *,
                     step_ms: float = 1.0) -> float | None:
     """The smallest deadline (to ``step_ms``) at which the point prediction's receiver miss rate
@@ -304,9 +290,9 @@ def min_deadline_ms(cmds: Sequence[SimCommand], rules: LoopRules,
     if not asked:
         return None
     service = np.array([[x.service_ms if x.asked else 0.0 for x in cmds]])
-    hi = math.ceil(max(x.service_ms for x in asked) + rules.margin_ms + 1.0)
+    hi = math.ceil(max(x.service_ms for x in asked) + margin_ms(rules) + 1.0)
     # queueing in event mode makes the rate not quite monotone in the deadline: scan a grid
-    grid = np.arange(math.floor(rules.margin_ms) + 1.0, 2 * hi + step_ms, step_ms)
+    grid = np.arange(math.floor(margin_ms(rules)) + 1.0, 2 * hi + step_ms, step_ms)
     in_time, _, counted = _run(cmds, rules, grid, service)
     rate = (~in_time[:, 0, :] & counted).sum(axis=1) / counted.sum()
     ok = np.flatnonzero(rate <= miss_target)

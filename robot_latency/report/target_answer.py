@@ -13,11 +13,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_inputs import TargetInputs
 from robot_latency.planner.target_sim import (
     DEFAULT_DRAWS,
     DEFAULT_MISS_TARGET,
-    LoopRules,
     TargetAnswer,
     deadline_grid,
     sim_commands,
@@ -31,13 +31,14 @@ log = logging.getLogger(__name__)
 CURVE_PLOT = "target_deadline_curve.png"
 
 
-def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, LoopRules | None]], *,
+def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
                         draws: int = DEFAULT_DRAWS,
                         miss_target: float = DEFAULT_MISS_TARGET) -> list[TargetAnswer]:
     """Simulate each level from its inputs, on one deadline grid for the curve.
 
     Args:
-        levels: (label, inputs, rules) per level; rules None: the inputs' own.
+        levels: (label, inputs, settings) per level; settings None: the inputs' own (give
+            the measured transport margin as a fixed one there).
         draws: Monte Carlo draws.
         miss_target: the miss rate the smallest held deadline is stated at.
     """
@@ -45,7 +46,7 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, LoopRules | No
     for label, inputs, rules in levels:
         steps = inputs.predictor()
         cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
-        prepared.append((label, inputs, rules or inputs.rules, steps, cmds))
+        prepared.append((label, inputs, rules or inputs.settings, steps, cmds))
     if not prepared:
         return []
     grid = deadline_grid([c for *_, cmds in prepared for c in cmds], prepared[0][2])

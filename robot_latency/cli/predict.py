@@ -52,7 +52,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                           prompt_tokens=args.prompt_tokens)
     adj = None
     if from_table:
-        pred, adj = adjust_for_model(pred, cal, args.model)
+        pred, adj = adjust_for_model(pred, cal, _preset_of(path))
         if adj is not None and adj.note() is not None:
             model_notes = (*model_notes, str(adj.note()))
     near = (nearest_rows(cal.engine_family, device.id, model.weight_bytes_per_step)
@@ -91,6 +91,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  f"{r.power_mode or 'mode not stated'}, {r.date or 'date not stated'}")
             echo(f"      {r.url}")
     return 0
+
+
+def _preset_of(model: str) -> str | None:
+    """The preset the per-model correction looks up: a preset id, or the preset a ladder file
+    was inflated from (as the records and the report take it)."""
+    from robot_latency.planner.target_inputs import model_preset
+
+    return model_preset(model)
 
 
 def _predict_stream(args: argparse.Namespace) -> int:

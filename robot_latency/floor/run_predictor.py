@@ -10,7 +10,6 @@ from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.modelinfo import ModelFacts
 from robot_latency.floor.predict import predict_floor
 from robot_latency.floor.steps import StepPredictor
-from robot_latency.floor.target import predict_target
 from robot_latency.records import CycleRecord
 
 
@@ -46,9 +45,9 @@ class FloorPredictor:
                         "prefill_floor_ms": p.prefill_floor_ms}
         target = out["target"]
         target.update(itl_pred_ms=None, ttft_pred_ms=None, engine_family=None, calibration=None)
-        if self.calibration is not None:
-            t = predict_target(self.model, self.target, self.calibration,
-                               context_tokens=tokens_in or 0, prompt_tokens=tokens_in or None)
+        if self.steps is not None:
+            t = self.steps.target_prediction(context_tokens=tokens_in or 0,
+                                             prompt_tokens=tokens_in or None)
             target.update(itl_pred_ms=t.itl_pred_ms, ttft_pred_ms=t.ttft_pred_ms,
                           engine_family=t.engine_family, calibration=self._cal_label)
         return out
@@ -82,9 +81,8 @@ class FloorPredictor:
         """Return the weights-only floors and the target's calibrated prediction."""
         out: dict[str, Any] = {key: predict_floor(self.model, d).to_dict()
                                for key, d in (("host", self.host), ("target", self.target))}
-        if self.calibration is not None:
-            out["target_prediction"] = predict_target(
-                self.model, self.target, self.calibration).to_dict()
+        if self.steps is not None:  # with predict's corrections (robot_latency.floor.steps)
+            out["target_prediction"] = self.steps.target_prediction().to_dict()
         else:
             out["target_prediction"] = {"error": self.calibration_error}
         return out

@@ -26,7 +26,12 @@ from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelFacts
 from robot_latency.floor.published import INTERVAL_COVERAGE
-from robot_latency.floor.target import adjust_for_model, predict_target, with_published_size
+from robot_latency.floor.target import (
+    TargetPrediction,
+    adjust_for_model,
+    predict_target,
+    with_published_size,
+)
 
 __all__ = ["StepPrediction", "StepPredictor", "step_predictor"]
 
@@ -85,11 +90,8 @@ class StepPredictor:
         Raises:
             FloorError: a device without a FLOP/s figure (no TTFT), or a value out of range.
         """
-        pred = predict_target(self.model, self.device, self.calibration,
-                              context_tokens=context_tokens,
-                              prompt_tokens=max(1, uncached_prompt_tokens))
-        if self.from_table:
-            pred, _ = adjust_for_model(pred, self.calibration, self.model_id)
+        pred = self.target_prediction(context_tokens=context_tokens,
+                                      prompt_tokens=max(1, uncached_prompt_tokens))
         if pred.ttft_pred_ms is None:
             raise FloorError(f"device {self.device.id!r} has no FLOP/s figure: no TTFT "
                              "prediction on it")
@@ -99,6 +101,16 @@ class StepPredictor:
             ttft_ms=pred.ttft_pred_ms, itl_ms=itl, itl_floor_ms=pred.itl_floor_ms,
             itl_interval_rel=(lo / itl - 1.0, hi / itl - 1.0), ttft_interval_rel=None,
             coverage=INTERVAL_COVERAGE if self.from_table else 0.8)
+
+    def target_prediction(self, *, context_tokens: int = 0,
+                          prompt_tokens: int | None = None) -> TargetPrediction:
+        """The corrected :class:`~robot_latency.floor.target.TargetPrediction` (a manifest's
+        ``target_prediction``; ``prompt_tokens`` uncached, None: no TTFT)."""
+        pred = predict_target(self.model, self.device, self.calibration,
+                              context_tokens=context_tokens, prompt_tokens=prompt_tokens)
+        if self.from_table:
+            pred, _ = adjust_for_model(pred, self.calibration, self.model_id)
+        return pred
 
     def describe(self) -> dict[str, Any]:
         """Return what the answer rests on: calibration, prefill state, corrections."""

@@ -84,7 +84,7 @@ def main() -> int:
             try:
                 t0 = time.perf_counter()
                 inputs[kind][q] = untimed_inputs(settings, stream, speed=args.speed,
-                                                 cache_dir=None)
+                                                 use_cache=False)
                 row[f"untimed_pass_{kind}_s"] = time.perf_counter() - t0
             finally:
                 _stop(procs)

@@ -91,10 +91,12 @@ def untimed_cache_dir() -> Path:
 
 
 def untimed_inputs(settings: RunSettings, stream: CommandStream, *, speed: float = 1.0,
-                   cache_dir: str | os.PathLike[str] | None = None) -> TargetInputs:
+                   cache_dir: str | os.PathLike[str] | None = None,
+                   use_cache: bool = True) -> TargetInputs:
     """Resolve ``settings``, run (or load from the cache) its untimed pass of ``stream``, and
     return the level's inputs to the target's answer: the one builder ``predict --stream`` and
-    the demo use.
+    the demo use. ``cache_dir`` None: :func:`untimed_cache_dir`; ``use_cache`` False: run the
+    pass, read and write no cache.
 
     Raises:
         SettingsError: settings that cannot be resolved (``name`` is the field).
@@ -106,8 +108,8 @@ def untimed_inputs(settings: RunSettings, stream: CommandStream, *, speed: float
     model = run.engine_options.get("model_path") or run.model
     if model is None:
         raise UntimedError(f"engine {settings.engine}: no model to predict")
-    untimed = run_untimed(run, stream, cache_dir=untimed_cache_dir() if cache_dir is None
-                          else cache_dir)
+    where = None if not use_cache else untimed_cache_dir() if cache_dir is None else cache_dir
+    untimed = run_untimed(run, stream, cache_dir=where)
     return TargetInputs(untimed=untimed, stream=stream, speed=speed, model=str(model),
                         quant=run.quant, device_id=settings.target_device,
                         engine_family=settings.engine_family or "llamacpp-cuda",

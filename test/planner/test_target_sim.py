@@ -116,7 +116,7 @@ def test_interval_holds_the_point_and_the_curve_falls() -> None:
     stream = read_stream(SHIPPED_DIR / "steady_operator")
     inputs = untimed_inputs(RunSettings(log_dir=Path("x"), engine="sim", model="qwen2.5-0.5b",
                                         quant="Q4_0", mode="event", deadline_ms=80.0),
-                            stream, speed=3.0, cache_dir=None)
+                            stream, speed=3.0, use_cache=False)
     steps = inputs.predictor()
     cmds = sim_commands(stream, inputs.untimed, steps, speed=3.0)
     a = target_answer("Q4_0", cmds, steps, inputs.settings, draws=300)
@@ -166,7 +166,7 @@ def test_p50_follows_bytes_per_token() -> None:
     for q in ("Q8_0", "Q4_K_M", "Q4_0"):
         inputs = untimed_inputs(RunSettings(log_dir=Path("x"), engine="sim",
                                             model="qwen2.5-0.5b", quant=q), stream,
-                                cache_dir=None)
+                                use_cache=False)
         steps = inputs.predictor()
         a = target_answer(q, sim_commands(stream, inputs.untimed, steps), steps,
                           inputs.settings, draws=1, curve=False)
@@ -179,7 +179,7 @@ def test_p50_follows_bytes_per_token() -> None:
 def test_a_stream_command_missing_from_the_pass_is_named() -> None:
     stream = read_stream(SHIPPED_DIR / "steady_operator")
     inputs = untimed_inputs(RunSettings(log_dir=Path("x"), engine="sim"), stream,
-                            cache_dir=None)
+                            use_cache=False)
     other = replace(stream, commands=(*stream.commands,
                                       Command(stream.commands[-1].t_ns, "go", "extra:1")))
     from robot_latency.planner.untimed import UntimedError

@@ -56,6 +56,7 @@ class TargetLevel:
     device_id: str | None
     engine_family: str | None
     cycles: list[TargetCycle] = field(default_factory=list)
+    left_out: int = 0  # cycles with no prediction (skipped, no model asked, no trace)
 
     @property
     def n(self) -> int:
@@ -175,7 +176,7 @@ def target_level(run: RunData, reference: RunData | None,
         if rec.target_pred:
             family = rec.target_pred.get("engine_family") or family
             device = rec.target_pred.get("device_id") or device
-    return TargetLevel(run.label, device, family, cycles)
+    return TargetLevel(run.label, device, family, cycles, left_out=len(run.records) - len(cycles))
 
 
 def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
@@ -218,6 +219,10 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
             _measured(row, "deadline_miss"),
             _measured(row, "model_miss"),
         ])
+        if lv.left_out:
+            notes.append(f"- {lv.label}: {lv.left_out} of {len(lv.cycles) + lv.left_out} cycles "
+                         "left out of the predicted rate (skipped, no model asked, or no "
+                         "trace here).")
         if lv.planned:
             how = ", ".join(f"{k} ({v})" for k, v in sorted(lv.planned.items()))
             whole = " (none of its outputs finished here)" if sum(lv.planned.values()) == lv.n \
@@ -230,9 +235,10 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
     lines += markdown_lines(header, rows, aligned=False)
     lines.append("")
     if notes:
-        lines += ["Cycles whose output never finished here are predicted from their planned "
-                  "output length (the reference level's plan for the same command when it "
-                  "finished, else another level's, else max_tokens):", "", *notes, ""]
+        lines += ["Cycles left out, and cycles whose output never finished here (predicted "
+                  "from their planned output length: the reference level's plan for the same "
+                  "command when it finished, else another level's, else max_tokens):", "",
+                  *notes, ""]
     if plot is not None:
         lines += [f"![Predicted end-to-end time on the target against the deadline]"
                   f"({plot.name})", ""]

@@ -144,9 +144,12 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
 
 
 def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
-             speed: float = 1.0, progress: bool = False) -> tuple[list[Path], Path]:
+             speed: float = 1.0, progress: bool = False,
+             targets: dict[str, Any] | None = None) -> tuple[list[Path], Path]:
     """Run every configuration, then write the comparison and the report (``progress``: a bar
-    of each replay's cycles and misses, when stderr is a terminal).
+    of each replay's cycles and misses, when stderr is a terminal). ``targets``: per label, the
+    level's inputs to the target's answer (the untimed pass), written into its run directory
+    as ``target.json`` for the report's first section.
 
     Returns:
         The run directories and the report path.
@@ -164,6 +167,10 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
         log.info("[%d/%d] %s", i, len(configs), config.label)
         run_dirs.append(run_one(config, stream=stream, run_dir=run_dir, speed=speed,
                                 progress=progress))
+        if targets and config.label in targets:
+            from robot_latency.planner.target_inputs import write_target_inputs
+
+            write_target_inputs(targets[config.label], run_dir)
     rows = compare_runs(run_dirs)
     to_csv(rows, out_dir / "comparison.csv")
     to_json(rows, out_dir / "comparison.json")
@@ -266,7 +273,9 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         "on_new_command": job.on_new_command,
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
-    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True)
+    targets = untimed_passes(job, {q: str(man.path(q)) for q in job.quants}, stream, say)
+    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True,
+                            targets=targets)
     say("")
     say(to_markdown(compare_runs(runs)))
     say("\n" + edge_markdown(runs))
@@ -274,3 +283,26 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return report
 
+
+
+def untimed_passes(job: MainJob, models: dict[str, str], stream: Path,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    """Run (or load from the cache) the untimed pass of ``stream`` per level: the facts of each
+    command that do not depend on this host's speed (robot_latency.planner.untimed)."""
+    from robot_latency.planner.target_inputs import untimed_inputs
+    from robot_latency.streams import read_stream
+
+    commands = read_stream(stream)
+    out: dict[str, Any] = {}
+    for q, path in models.items():
+        t0 = time.perf_counter()
+        settings = RunSettings(
+            log_dir=Path(job.out_dir) / ".untimed", model=path,
+            target_device=job.device, mode=job.mode, deadline_ms=float(job.deadline_ms),
+            period_ms=float(max(job.period_ms, job.deadline_ms)),
+            on_new_command=job.on_new_command, profile=job.profile or None,
+            n_threads=job.n_threads)
+        out[q] = untimed_inputs(settings, commands, speed=job.speed)
+        say(f"untimed pass {q}: {len(commands.commands)} commands in "
+            f"{time.perf_counter() - t0:.1f} s (key {out[q].untimed.key[:12]})")
+    return out

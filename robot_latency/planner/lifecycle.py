@@ -27,6 +27,7 @@ from robot_latency.floor.devices import get_device
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.run_predictor import FloorPredictor
+from robot_latency.floor.steps import step_predictor
 from robot_latency.floor.target import resolve_calibration
 from robot_latency.hostfacts import host_facts, host_steal_s, package_versions
 from robot_latency.planner.budget import (
@@ -128,7 +129,12 @@ class PlannerRun:
                 raise RunError(f"target prediction: {err}") from err
             log.warning("no calibrated prediction for %s on %s: %s", family, target.id, err)
             return FloorPredictor(model, host, target, calibration_error=str(err))
-        return FloorPredictor(model, host, target, calibration=cal)
+        from robot_latency.planner.target_inputs import model_preset
+
+        # the records' target answer takes predict's corrections (robot_latency.floor.steps)
+        steps = step_predictor(model, target, cal, spec=cfg.model,
+                               model_id=model_preset(cfg.model))
+        return FloorPredictor(model, host, target, calibration=cal, steps=steps)
 
     def enter_loop_thread(self) -> dict[str, Any]:
         """Apply the CPU budget to the calling thread, the one about to run the loop, freeze

@@ -45,6 +45,13 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
                             the simulated target), ``offboard`` (engine ``openai``: a server) or
                             ``hybrid`` (both asked each cycle)
 ``server_plans``            hybrid: model plans published from the server (the rest onboard)
+``target_pred_miss_rate``, ``target_pred_miss_interval`` ``[lo, hi]``
+                            the loop simulated on ``target_device`` from the run directory's
+                            untimed pass (``target.json``, :mod:`robot_latency.planner.target_sim`):
+                            predicted receiver miss rate (fraction of commands) and its interval
+``target_pred_e2e_p50_ms``, ``target_pred_model_in_time_rate``   e2e p50 there (ms); commands
+                            whose model plan is valid and in time there (fraction)
+``target_min_deadline_ms``  the smallest deadline held there at a 5% receiver miss rate, ms
 ==========================  =====================================================================
 
 Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
@@ -77,6 +84,7 @@ from robot_latency.report.rundir import (
     target_prediction,
 )
 from robot_latency.report.table import fmt, markdown_table, rate_ci
+from robot_latency.report.target import simulated_answers, with_target_fields
 from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
 log = logging.getLogger(__name__)
@@ -133,6 +141,11 @@ class ComparisonRow:
     reference_reason: str | None = None
     plan_made: str | None = None
     server_plans: int | None = None
+    target_pred_miss_rate: float | None = None
+    target_pred_miss_interval: list[float] | None = None
+    target_pred_e2e_p50_ms: float | None = None
+    target_pred_model_in_time_rate: float | None = None
+    target_min_deadline_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a dict keyed by :data:`COLUMNS`."""
@@ -339,7 +352,10 @@ def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
         return []
     ref, why = choose_reference(runs, reference)
     dirs = [str(d) for d in run_dirs] if run_dirs is not None else [None] * len(runs)
-    return [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
+    rows = [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
+    answers = simulated_answers(runs, run_dirs) if run_dirs is not None else [None] * len(rows)
+    return [with_target_fields(row, a) for row, a in zip(rows, answers, strict=True)]
+
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,

@@ -34,7 +34,14 @@ from robot_latency.report.diagnose import (
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
 from robot_latency.report.table import fmt, markdown_lines, pct
-from robot_latency.report.target import plot_target_e2e, target_level, target_section
+from robot_latency.report.target import (
+    plot_target_e2e,
+    simulated_answers,
+    simulated_section,
+    target_level,
+    target_section,
+)
+from robot_latency.report.target_answer import CURVE_PLOT, plot_deadline_curve
 from robot_latency.stats import P99_MIN_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -221,6 +228,21 @@ def render_report(runs: Sequence[RunData], table_md: str,
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _target_lines(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],
+                  rows: Sequence[object], ref_run: RunData | None, out: Path) -> list[str]:
+    """The opening section: the loop simulated on the target where the run directories keep an
+    untimed pass (target.json), else each record's own prediction (this host's token counts)."""
+    answers = simulated_answers(runs, run_dirs)
+    if any(a is not None for a in answers):
+        plot = plot_deadline_curve([a for a in answers if a is not None], out / CURVE_PLOT)
+        return simulated_section(answers, plot)
+    levels = [target_level(r, ref_run, runs) for r in runs]
+    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
+    return ["> No untimed pass in these run directories (target.json): the predictions below "
+            "take each cycle's token counts from how far this host got, so they depend on this "
+            "host's speed.", "", *target_section(levels, rows, target_plot)]
+
+
 def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                  *, reference: str | None = None) -> Path:
     """Write the plots, the comparison files and ``report.md`` for finished runs.
@@ -255,11 +277,9 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
     # The opening section: the target's answer per level (robot_latency.report.target).
     ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
-    levels = [target_level(r, ref_run, runs) for r in runs]
-    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=target_section(levels, rows, target_plot),
+                         target_lines=_target_lines(runs, run_dirs, rows, ref_run, out),
                          host_warnings=[host_load_warning(d) for d in run_dirs])
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")

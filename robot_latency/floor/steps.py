@@ -137,7 +137,7 @@ class StepPredictor:
                 "prefill": cal.describe()["prefill"], "notes": [*self.notes, *cal.notes]}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def family_loso_error(engine_family: str) -> float | None:
     """The shipped table's leave-one-source-out median absolute error for ``engine_family``
     (None: none of its rows could be predicted without its own source)."""

@@ -29,17 +29,10 @@ from robot_latency.models.corpus import Command, CorpusConfig, generate_corpus
 from robot_latency.models.export import GGUFShape, export_gguf
 from robot_latency.models.tokenizer import PlannerTokenizer, Vocab, build_vocab
 from robot_latency.models.torch_llama import LlamaModel
+from robot_latency.profiles.actions import REFUSE_TOKEN
 
-__all__ = [
-    "DRAFT_SHAPE",
-    "TARGET_SHAPE",
-    "Example",
-    "TrainConfig",
-    "build_examples",
-    "greedy_decode",
-    "main",
-    "train_model",
-]
+__all__ = ["DRAFT_SHAPE", "TARGET_SHAPE", "Example", "TrainConfig", "build_examples",
+           "greedy_decode", "main", "train_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -338,10 +331,11 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
     vocab: Vocab = build_vocab()
     with PlannerTokenizer(vocab) as tok:
         tok.check_words()
-        train_ex = build_examples(corpus.train, tok)
+        train_ex = build_examples(corpus.train + corpus.refuse_train, tok)
         held = corpus.heldout[:n_eval] if n_eval else corpus.heldout
         held_ex = build_examples(held, tok)
-    max_len = max(len(e.prompt) + len(e.plan) for e in train_ex + held_ex)
+        refuse_ex = build_examples(corpus.refuse_heldout, tok)  # out of domain: <refuse>
+    max_len = max(len(e.prompt) + len(e.plan) for e in train_ex + held_ex + refuse_ex)
     if max_len > cfg.context_length:
         raise ValueError(f"longest example {max_len} exceeds context {cfg.context_length}")
     logger.info("corpus: %d train, %d held-out; vocab %d", len(train_ex), len(held_ex), vocab.size)
@@ -362,6 +356,8 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
         results[role] = res
         outputs[role] = greedy_decode(res.model, prompts, eos=vocab.eos_id)
         acc = exact_match_rate(outputs[role], held_ex)
+        refuse_out = greedy_decode(res.model, [e.prompt for e in refuse_ex], eos=vocab.eos_id)
+        refused = [vocab.id(REFUSE_TOKEN), vocab.eos_id]
         logger.info("%s held-out exact match %.4f (%.0f s)", role, acc, res.wall_s)
         path = export_gguf(
             out / files[role],
@@ -382,6 +378,10 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
             "train_wall_s": round(res.wall_s, 1),
             "final_loss": round(res.losses[-1], 5),
             "heldout_exact_match": round(acc, 4),
+            # held-out out-of-domain commands refused; held-out in-domain ones refused
+            "heldout_refuse_rate": round(exact_match_rate(refuse_out, refuse_ex), 4),
+            "heldout_in_domain_refused": round(
+                sum(o == refused for o in outputs[role]) / max(1, len(held_ex)), 4),
         }
     acceptance = teacher_forced_agreement(results["draft"].model, prompts, outputs["target"])
     wall = time.perf_counter() - t_start
@@ -397,7 +397,7 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
         "draft_acceptance_rate": round(acceptance, 4),
         "corpus": {
             **asdict(cfg.corpus),
-            "train_commands": len(train_ex),
+            "train_commands": len(train_ex),  # refusals included
             "heldout_commands": len(held_ex),
             "vocab_size": vocab.size,
         },

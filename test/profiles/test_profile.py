@@ -18,6 +18,7 @@ from robot_latency.profiles.actions import (
     PlanParseError,
     expand_to_plan,
     instruct_plan_schema,
+    is_refusal,
     parse_actions,
 )
 from robot_latency.profiles.normalize import normalize_command
@@ -119,7 +120,11 @@ def test_rule_fallback_of_a_json_profile_gives_only_schema_valid_plans() -> None
                          "then go to the garage") is None
     chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule, hold_max_age_ms=1000.0,
                           stop_plan=planning.stop_plan)
+    # A command it reads no step in is refused, in the profile's schema, not guessed.
     policy, plan = chain.answer(FallbackContext(command="what is the weather", now_ns=0))
+    assert policy == "rule" and is_refusal(plan)
+    planning.contract.validate(plan)
+    policy, plan = chain.answer(FallbackContext(command="", now_ns=0))
     assert policy == "stop"
     planning.contract.validate(plan)
 

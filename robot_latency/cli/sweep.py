@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, split_list
-from robot_latency.cli.run import add_run_args, read_stream_arg, settings_from_args
+from robot_latency.cli.run import (
+    add_run_args,
+    read_labels_arg,
+    read_stream_arg,
+    settings_from_args,
+)
 from robot_latency.models.ladder import VALID_QUANTS
 
 
@@ -21,6 +26,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from robot_latency.planner.config import SettingsError
     from robot_latency.planner.replay import run_replay
     from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
+    from robot_latency.report.correctness import correctness_for, correctness_markdown
+    from robot_latency.report.rundir import load_runs
 
     stream = read_stream_arg(args)
     axes: dict[str, list[Any]] = {
@@ -62,14 +69,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
         else:
             todo.append(config)
+    labels = read_labels_arg(args, configs[0][1].planning.contract)
     for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
                        disable=not sys.stderr.isatty() and not args.progress):
-        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True)
+        run_replay(config, stream, speed=args.speed, asap=args.asap, progress=True,
+                   labels=labels)
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
+    judged = correctness_for(load_runs(run_dirs), run_dirs, comparison=out / "comparison.json")
+    if judged:
+        echo("\n" + correctness_markdown(judged))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
 

@@ -46,7 +46,8 @@ def test_every_bench_script_has_a_smoke_run() -> None:
     covered = {"benchio.py", "decode_shapes.py", "naive_node.py", "client_edge.py", "cpu_build.py",
                "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
                "predict_host.py", "profiles.py", "rule_planner.py", "soak.py",
-               "offboard.py"}  # offboard.py: test/test_bench_offboard.py
+               "offboard.py",  # offboard.py: test/test_bench_offboard.py
+               "correctness.py"}  # correctness.py: test/test_bench_correctness.py
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 

@@ -145,7 +145,8 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
 
 def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
              speed: float = 1.0, progress: bool = False,
-             targets: dict[str, Any] | None = None) -> tuple[list[Path], Path]:
+             targets: dict[str, Any] | None = None,
+             labels: Any = None) -> tuple[list[Path], Path]:
     """Run every configuration, then write the comparison and the report (``progress``: a bar
     of each replay's cycles and misses, when stderr is a terminal). ``targets``: per label, the
     level's inputs to the target's answer (the untimed pass), written into its run directory
@@ -174,12 +175,27 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
     rows = compare_runs(run_dirs)
     to_csv(rows, out_dir / "comparison.csv")
     to_json(rows, out_dir / "comparison.json")
-    report = write_report(run_dirs, out_dir / "report")
+    report = write_report(run_dirs, out_dir / "report", labels=labels)
     write_trace(run_dirs, out_dir / "report" / "trace.json")
     (out_dir / "demo.json").write_text(json.dumps(
         {"stream": str(stream), "speed": speed, "runs": [str(p) for p in run_dirs],
          "report": str(report)}, indent=2) + "\n")
     return run_dirs, report
+
+
+def stream_labels_of(stream: Path) -> Any:
+    """Return a bag's labels (its ``labels.jsonl``: the shipped streams have one), keyed by its
+    command ids, or None when it has none (the bundled action language's schema)."""
+    from robot_latency.profiles.actions import plan_json_schema
+    from robot_latency.profiles.labels import default_labels_path, read_labels, stream_labels
+    from robot_latency.streams import read_stream
+
+    path = default_labels_path(stream)
+    if path is None:
+        return None
+    schema = plan_json_schema()
+    return stream_labels(read_stream(stream).commands, schema=schema, source=str(stream),
+                         sidecar=read_labels(path, schema=schema))
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     )
     from robot_latency.report.client import edge_markdown
     from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.correctness import correctness_markdown, correctness_rows
     from robot_latency.report.table import markdown_table
     from robot_latency.streams import SHIPPED_DIR
 
@@ -274,10 +291,14 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
     targets = untimed_passes(job, {q: str(man.path(q)) for q in job.quants}, stream, say)
+    labels = stream_labels_of(stream)
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True,
-                            targets=targets)
+                            targets=targets, labels=labels)
     say("")
     say(to_markdown(compare_runs(runs)))
+    judged = correctness_rows(runs, labels=labels) if labels is not None else []
+    if any(r.correct_n for r in judged):
+        say("\n" + correctness_markdown(judged))
     say("\n" + edge_markdown(runs))
     say(f"\nreport with plots: {report}")
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")

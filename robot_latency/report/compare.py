@@ -28,8 +28,9 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``fallbacks``, ``fallback_rate``   cycles answered by a fallback, for any reason (the same
                             count as ``model_misses``: every fallback is a model miss)
 ``reference``               the label of the reference configuration
-``agreement``               fraction of commands whose model plan equals the reference's
-``agreement_n``             commands compared (both runs have a model plan for them)
+``agreement``               fraction of commands whose outcome equals the reference's: the same
+                            model plan, or both fell back (a fallback is its own outcome)
+``agreement_n``             commands compared (every command both runs planned)
 ``floor_efficiency``        ``floor_itl_host_ms / itl_p50_ms`` (1.0 = at the bandwidth floor)
 ``tpot_p50_ms``             median time per output token after the first
 ``tpot_speedup``            the reference's ``tpot_p50_ms`` over this run's (2.0: decodes twice
@@ -54,8 +55,10 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``target_min_deadline_ms``  the smallest deadline held there at a 5% receiver miss rate, ms
 ==========================  =====================================================================
 
-Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
-from the model, in each run. The reference row's own agreement is None (nothing to compare).
+Plan agreement pairs cycles by ``command_id``: for each command, its first cycle in each run.
+Its outcome is the model's plan, or "fallback" when the fallback answered: a level that falls
+back on the hard commands does not look better for it (the pair is counted, not dropped). The
+reference row's own agreement is None (nothing to compare).
 """
 
 from __future__ import annotations
@@ -168,22 +171,24 @@ def human_bytes(n: int | None) -> str | None:
     return f"{value:.1f} TiB"
 
 
-def _first_model_plans(records: Sequence[CycleRecord]) -> dict[str, Any]:
+def _first_outcomes(records: Sequence[CycleRecord]) -> dict[str, Any]:
+    """Return {command_id: the model's plan, or "fallback"} at each command's first plan."""
     out: dict[str, Any] = {}
     for rec in records:
-        if (rec.command_id is not None and rec.plan_source == "model" and rec.plan is not None
-                and rec.command_id not in out):
-            out[rec.command_id] = rec.plan
+        if rec.command_id is None or rec.command_id in out or rec.plan_source == "none":
+            continue
+        out[rec.command_id] = rec.plan if rec.plan_source == "model" else "fallback"
     return out
 
 
 def plan_agreement(records: Sequence[CycleRecord],
                    reference: Sequence[CycleRecord]) -> tuple[float | None, int]:
-    """Return (fraction of shared commands with equal model plans, commands compared).
+    """Return (fraction of shared commands with equal outcomes, commands compared).
 
-    The fraction is None when no command has a model plan in both runs.
+    An outcome is the model's plan, or the fallback (its own outcome, counted). The fraction is
+    None when no command was planned in both runs.
     """
-    mine, ref = _first_model_plans(records), _first_model_plans(reference)
+    mine, ref = _first_outcomes(records), _first_outcomes(reference)
     shared = [cid for cid in mine if cid in ref]
     if not shared:
         return None, 0

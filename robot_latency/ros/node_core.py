@@ -70,6 +70,7 @@ from robot_latency.ros.topics import (
     DIAGNOSTICS_TOPIC,
     PLAN_TOPIC,
     STATE_TOPIC,
+    plan_message,
 )
 
 log = logging.getLogger(__name__)
@@ -364,7 +365,8 @@ class PlannerCore:
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
         if self.probe is not None:
             self.probe.plan_published(envelope.get("cycle"))
-        self._plan_pub.publish(String(data=json.dumps(envelope, separators=(",", ":"))))
+        self._plan_pub.publish(String(data=json.dumps(plan_message(envelope),
+                                                      separators=(",", ":"))))
 
     def _on_record(self, rec: CycleRecord) -> None:
         if self.window is not None:

@@ -9,13 +9,17 @@ Relative names (the root namespace makes them ``/planner/...``); a namespace
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from robot_latency.profiles.actions import is_refusal
 
 #: in: one operator command per message (std_msgs/String; tagged JSON from a client edge).
 COMMAND_TOPIC = "planner/command"
 #: in: robot state text for planner profiles whose prompt has ``{state}``; the latest message
 #: is what the next cycles' prompts carry.
 STATE_TOPIC = "planner/state"
-#: out: the JSON plan envelope, one per cycle.
+#: out: the JSON plan envelope, one per cycle (:func:`plan_message`: a refusal is its own
+#: outcome, never a motion).
 PLAN_TOPIC = "planner/plan"
 #: out: the cycle's CycleRecord as JSON.
 CYCLE_TOPIC = "planner/cycle"
@@ -58,3 +62,12 @@ PROBE_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(PLAN_TOPIC, _STRING, "sub"),
     Endpoint(ACK_TOPIC, _STRING, "sub"),
 )
+
+
+def plan_message(envelope: dict[str, Any]) -> dict[str, Any]:
+    """Return the envelope as the plan topic carries it: ``outcome`` is ``"plan"`` (a motion
+    plan in ``plan``) or ``"refused"`` (the planner cannot plan this command: ``plan`` is null,
+    never a motion; ``refusal`` holds what refused it)."""
+    if is_refusal(envelope.get("plan")):
+        return {**envelope, "outcome": "refused", "plan": None, "refusal": envelope["plan"]}
+    return {**envelope, "outcome": "plan"}

@@ -147,9 +147,13 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
 
 
 def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
-             speed: float = 1.0, progress: bool = False) -> tuple[list[Path], Path]:
+             speed: float = 1.0, progress: bool = False,
+             targets: dict[str, Any] | None = None,
+             labels: Any = None) -> tuple[list[Path], Path]:
     """Run every configuration, then write the comparison and the report (``progress``: a bar
-    of each replay's cycles and misses, when stderr is a terminal).
+    of each replay's cycles and misses, when stderr is a terminal). ``targets``: per label, the
+    level's inputs to the target's answer (the untimed pass), written into its run directory
+    as ``target.json`` for the report's first section.
 
     Returns:
         The run directories and the report path.
@@ -167,15 +171,34 @@ def run_demo(configs: Sequence[DemoConfig], *, stream: Path, out_dir: Path,
         log.info("[%d/%d] %s", i, len(configs), config.label)
         run_dirs.append(run_one(config, stream=stream, run_dir=run_dir, speed=speed,
                                 progress=progress))
+        if targets and config.label in targets:
+            from robot_latency.planner.target_inputs import write_target_inputs
+
+            write_target_inputs(targets[config.label], run_dir)
     rows = compare_runs(run_dirs)
     to_csv(rows, out_dir / "comparison.csv")
     to_json(rows, out_dir / "comparison.json")
-    report = write_report(run_dirs, out_dir / "report")
+    report = write_report(run_dirs, out_dir / "report", labels=labels)
     write_trace(run_dirs, out_dir / "report" / "trace.json")
     (out_dir / "demo.json").write_text(json.dumps(
         {"stream": str(stream), "speed": speed, "runs": [str(p) for p in run_dirs],
          "report": str(report)}, indent=2) + "\n")
     return run_dirs, report
+
+
+def stream_labels_of(stream: Path) -> Any:
+    """Return a bag's labels (its ``labels.jsonl``: the shipped streams have one), keyed by its
+    command ids, or None when it has none (the bundled action language's schema)."""
+    from robot_latency.profiles.actions import plan_json_schema
+    from robot_latency.profiles.labels import default_labels_path, read_labels, stream_labels
+    from robot_latency.streams import read_stream
+
+    path = default_labels_path(stream)
+    if path is None:
+        return None
+    schema = plan_json_schema()
+    return stream_labels(read_stream(stream).commands, schema=schema, source=str(stream),
+                         sidecar=read_labels(path, schema=schema))
 
 
 @dataclass(frozen=True)
@@ -228,6 +251,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     )
     from robot_latency.report.client import edge_markdown
     from robot_latency.report.compare import compare_runs, to_markdown
+    from robot_latency.report.correctness import correctness_markdown, correctness_rows
     from robot_latency.report.table import markdown_table
     from robot_latency.streams import SHIPPED_DIR
 
@@ -271,11 +295,40 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         **({"planner_profile": job.profile} if job.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})},
         replayer={"send_via": job.send_via}) for q in job.quants]
-    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True)
+    targets = untimed_passes(job, {q: str(man.path(q)) for q in job.quants}, stream, say)
+    labels = stream_labels_of(stream)
+    runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True,
+                            targets=targets, labels=labels)
     say("")
     say(to_markdown(compare_runs(runs)))
+    judged = correctness_rows(runs, labels=labels) if labels is not None else []
+    if any(r.correct_n for r in judged):
+        say("\n" + correctness_markdown(judged))
     say("\n" + edge_markdown(runs))
     say(f"\nreport with plots: {report}")
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return report
 
+
+
+def untimed_passes(job: MainJob, models: dict[str, str], stream: Path,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    """Run (or load from the cache) the untimed pass of ``stream`` per level: the facts of each
+    command that do not depend on this host's speed (robot_latency.planner.untimed)."""
+    from robot_latency.planner.target_inputs import untimed_inputs
+    from robot_latency.streams import read_stream
+
+    commands = read_stream(stream)
+    out: dict[str, Any] = {}
+    for q, path in models.items():
+        t0 = time.perf_counter()
+        settings = RunSettings(
+            log_dir=Path(job.out_dir) / ".untimed", model=path,
+            target_device=job.device, mode=job.mode, deadline_ms=float(job.deadline_ms),
+            period_ms=float(max(job.period_ms, job.deadline_ms)),
+            on_new_command=job.on_new_command, profile=job.profile or None,
+            n_threads=job.n_threads)
+        out[q] = untimed_inputs(settings, commands, speed=job.speed)
+        say(f"untimed pass {q}: {len(commands.commands)} commands in "
+            f"{time.perf_counter() - t0:.1f} s (key {out[q].untimed.key[:12]})")
+    return out

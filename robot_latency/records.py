@@ -86,6 +86,13 @@ class CycleRecord:
     tokens so far: the prediction is a lower bound, and ``target_deadline_met_pred`` is False
     when even that misses, else None). Queue wait and publish are not part of it.
 
+    ``plan_correct`` is whether the published plan (the model's, the fallback's, or a refusal)
+    matches the command's label (:mod:`robot_latency.profiles.labels`); None when the command
+    is unlabelled or nothing was published. ``label_kind`` is the label's class (its first
+    action, or ``refuse``), None when unlabelled. ``fallback_correct`` is, for a labelled
+    cycle the fallback answered, whether each policy's plan for this command would have been
+    right (``{"rule": ..., "hold": ...}``): the fallback judged, whichever policy answered.
+
     ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
     clock (a tagged command from the client edge): the first cycle's ``scheduled_ns`` (and so
     its deadline) is then that send, not ``command_arrival_ns`` nor the tick (periodic mode).
@@ -127,6 +134,9 @@ class CycleRecord:
     target_pred: dict[str, Any] | None = None
     offboard: dict[str, Any] | None = None
     command_sent_ns: int | None = None
+    plan_correct: bool | None = None
+    label_kind: str | None = None
+    fallback_correct: dict[str, bool] | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

@@ -47,7 +47,9 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
                "predict_host.py", "profiles.py", "rule_planner.py", "soak.py",
                "offboard.py",  # offboard.py: test/test_bench_offboard.py
-               "predict_validate.py"}  # test/test_bench_predict_validate.py
+               "predict_validate.py",  # test/test_bench_predict_validate.py
+               "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
+               "correctness.py"}  # correctness.py: test/test_bench_correctness.py
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 

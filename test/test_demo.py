@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import rclpy  # noqa: F401  (a hard requirement: the demo runs the ROS 2 nodes)
 
-from robot_latency.demo_job import DemoConfig, DemoError, run_demo
+from robot_latency.demo_job import DemoConfig, DemoError, run_demo, stream_labels_of
 from robot_latency.records import read_records
 from robot_latency.streams import Command, write_bag
 
@@ -24,8 +24,15 @@ def test_two_configurations_through_ros(tmp_path: Path,
                                                     "mode": "event", "deadline_ms": 60.0,
                                                     "period_ms": 100.0})
                for d in ("orin-agx-64gb", "orin-nano-4gb")]
+    # The bag's own labels (two of four texts; the rest unlabelled), judged after the ROS runs.
+    (bag / "labels.jsonl").write_text(
+        json.dumps({"text": "stop", "expected": {"steps": [{"action": "stop"}]}}) + "\n"
+        + json.dumps({"text": TEXTS[2], "expected": {"steps": [
+            {"action": "goto", "target": "kitchen", "speed": "slow"}]}}) + "\n")
+    labels = stream_labels_of(bag)
     # With progress asked for: the replay wait follows the cycle log; no bar off a terminal.
-    runs, report = run_demo(configs, stream=bag, out_dir=tmp_path / "demo", progress=True)
+    runs, report = run_demo(configs, stream=bag, out_dir=tmp_path / "demo", progress=True,
+                            labels=labels)
     assert "misses=" not in capfd.readouterr().err
     for run in runs:
         records = read_records(run / "cycles.jsonl")
@@ -41,6 +48,13 @@ def test_two_configurations_through_ros(tmp_path: Path,
         assert len(client) == 8 and client[-1]["status"] == "answered"
     text = report.read_text()
     assert "## Reaction time at the client edge" in text
+    # Correctness per level, over the labelled commands only, on time at the receiver.
+    assert "## Plans that are right" in text and "**Put on the robot:**" in text
+    judged = json.loads((report.parent / "correctness.json").read_text())
+    assert judged["recommended"] in [c.label for c in configs] and "smaller file" in judged["rule"]
+    for row in judged["rows"]:
+        assert row["correct_n"] == 4 and row["on_time_at"] == "receiver"
+        assert row["correct_ci95"] is not None and row["goodput_rate"] <= row["correct_rate"]
     assert all(f"| {c.label} |" in text for c in configs)
     trace = json.loads((report.parent / "trace.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {1, 2}

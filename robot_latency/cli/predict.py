@@ -43,6 +43,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     """Print a calibrated prediction, or the table's leave-one-out validation."""
     if args.validate:
         return _validate(args)
+    if args.stream is not None:
+        return _predict_stream(args)
     device = get_device(args.device)
     path, quant = _model_and_quant(args.model, args.quant)
     model = resolve_model(path, quant=quant)
@@ -55,7 +57,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                           prompt_tokens=args.prompt_tokens)
     adj = None
     if from_table:
-        pred, adj = adjust_for_model(pred, cal, args.model)
+        pred, adj = adjust_for_model(pred, cal, _preset_of(path))
         if adj is not None and adj.note() is not None:
             model_notes = (*model_notes, str(adj.note()))
     near = (nearest_rows(cal.engine_family, device.id, model.weight_bytes_per_step)
@@ -101,6 +103,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  f"{r.power_mode or 'mode not stated'}, {r.date or 'date not stated'}")
             echo(f"      {r.url}")
     return 0
+
+
+def _preset_of(model: str) -> str | None:
+    """The preset the per-model correction looks up: a preset id, or the preset a ladder file
+    was inflated from (as the records and the report take it)."""
+    from robot_latency.planner.target_inputs import model_preset
+
+    return model_preset(model)
+
+
+def _predict_stream(args: argparse.Namespace) -> int:
+    """``--stream``: the loop simulated on the device (robot_latency.cli.predict_stream)."""
+    from robot_latency.cli.predict_stream import cmd_predict_stream
+
+    return cmd_predict_stream(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -231,6 +248,12 @@ def prediction_for_floor(args: argparse.Namespace, floor: dict[str, Any]) -> dic
                           prompt_tokens=args.prompt_tokens).to_dict()
 
 
+def _add_stream_args(p: argparse.ArgumentParser) -> None:
+    from robot_latency.cli.predict_stream import add_stream_args
+
+    add_stream_args(p)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``predict`` and ``calibrate`` commands to the top-level parser."""
     from robot_latency.models.ladder import VALID_QUANTS
@@ -257,6 +280,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "published decode table, and leave-one-out over the prefill table")
     p.add_argument("--table", default=None, help="with --validate: another table file")
     p.add_argument("--json", action="store_true")
+    _add_stream_args(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("calibrate", help="fit efficiency and overhead from run directories",

@@ -193,8 +193,18 @@ def remove_failed_start(created: Path | None, run_dir: Path) -> None:
         shutil.rmtree(created, ignore_errors=True)
 
 
+def read_labels_arg(args: argparse.Namespace, contract: Any) -> Any:
+    """Return the labels ``--labels`` names (else a bag directory's own ``labels.jsonl``),
+    checked against the planner profile's schema; None when there are none."""
+    from robot_latency.profiles.labels import default_labels_path, label_schema, read_labels
+
+    path = args.labels or default_labels_path(args.stream)
+    return None if path is None else read_labels(path, schema=label_schema(contract))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
+    from robot_latency.report.correctness import correctness_markdown, correctness_rows
 
     stream = read_stream_arg(args)
     out = Path(args.out)
@@ -204,11 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = run_config_from_args(args, out, stream, engine=args.engine, quant=args.quant,
                                       device=args.device, deadline_ms=args.deadline_ms,
                                       period_ms=args.period_ms, label=args.label)
+        labels = read_labels_arg(args, config.planning.contract)
         # A bar of cycles and misses while it runs, drawn only on a terminal; the host's load
         # over the run is measured beside it (host_load.json, a warning when overloaded).
         watch = LoadWatch().start()
         summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
-                             handle_signals=True, progress=True)
+                             handle_signals=True, progress=True, labels=labels)
         add_host_load(summary, watch.stop(), out)
     except BaseException:
         # A failed start (a file that is no GGUF, an engine that cannot load) leaves no empty
@@ -219,6 +230,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         emit_json(summary)
     else:
         _print_summary(args, out, summary)
+        rows = correctness_rows([out])
+        if rows[0].correct_n:
+            echo("\n" + correctness_markdown(rows))
     if summary.get("interrupted"):
         # Like a shell's 128 + SIGINT: the run stopped early, though its files are complete.
         sys.stderr.write(f"robot-latency run: interrupted after {summary['cycles']} cycles; "
@@ -242,6 +256,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "line's state field)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="JSONL: skip bad lines (reported) instead of stopping")
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="labels JSONL, one {\"command_id\"|\"text\", \"expected\"} per line "
+                        "(a plan, possibly partial, or \"refuse\"): every plan is judged "
+                        "(default: the bag directory's labels.jsonl, if any)")
     p.add_argument("--engine", default=_PC.engine,
                    help="engine name: llamacpp (default), onnx, sim (predicts --device)")
     p.add_argument("--model", default=None,

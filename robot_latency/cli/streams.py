@@ -36,15 +36,19 @@ def cmd_streams_make(args: argparse.Namespace) -> int:
     if args.from_jsonl is not None:
         return _from_jsonl(args)
     from robot_latency.models.corpus import CorpusConfig, generate_corpus
-    from robot_latency.streams import SHIPPED_STREAMS, make_shipped_streams, make_stream_file
+    from robot_latency.streams import SHIPPED_STREAMS, make_stream_file
     from robot_latency.streams.shipped import pick_texts
 
     # Held-out commands: the planner never saw them in training.
-    texts = [c.text for c in generate_corpus(CorpusConfig()).heldout]
+    corpus = generate_corpus(CorpusConfig())
+    texts = [c.text for c in corpus.heldout]
     out = Path(args.out)
     if args.shipped:
-        for path in make_shipped_streams(out, texts, storage=args.storage):
-            echo(f"wrote {path}")
+        # labelled, a share of them off-vocabulary (to be refused): streams/labelled.py
+        from robot_latency.streams.labelled import make_labelled_streams
+
+        for path in make_labelled_streams(out, corpus, storage=args.storage):
+            echo(f"wrote {path} (and its labels.jsonl)")
         names = ", ".join(f"{s.name} ({s.process}, {s.rate_hz:g} Hz, {s.n_commands})"
                           for s in SHIPPED_STREAMS)
         echo(f"streams: {names}")

@@ -12,6 +12,7 @@ from robot_latency.cli.run import (
     add_host_load,
     add_run_args,
     first_missing,
+    read_labels_arg,
     read_stream_arg,
     remove_failed_start,
     settings_from_args,
@@ -29,6 +30,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from robot_latency.planner.config import SettingsError
     from robot_latency.planner.replay import run_replay
     from robot_latency.report.compare import compare_runs, to_csv, to_json, to_markdown
+    from robot_latency.report.correctness import correctness_for, correctness_markdown
+    from robot_latency.report.rundir import load_runs
 
     stream = read_stream_arg(args)
     axes: dict[str, list[Any]] = {
@@ -71,13 +74,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sys.stderr.write(f"note: {run_dir} is already done; skipped (resumed sweep)\n")
         else:
             todo.append(config)
+    labels = read_labels_arg(args, configs[0][1].planning.contract)
     for config in tqdm(todo, desc="sweep", unit="config", file=sys.stderr,
                        disable=not sys.stderr.isatty() and not args.progress):
         created = first_missing(Path(config.log_dir))
         watch = LoadWatch().start()
         try:
             summary = run_replay(config, stream, speed=args.speed, asap=args.asap,
-                                 progress=True)
+                                 progress=True, labels=labels)
         except BaseException:
             # a point that fails to start leaves nothing; the points done before it stay
             remove_failed_start(created, Path(config.log_dir))
@@ -94,6 +98,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
+    judged = correctness_for(load_runs(run_dirs), run_dirs, comparison=out / "comparison.json")
+    if judged:
+        echo("\n" + correctness_markdown(judged))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
 

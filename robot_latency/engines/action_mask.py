@@ -19,6 +19,7 @@ from robot_latency.profiles.actions import (
     NO_SPEED_ACTIONS,
     OBJECT_ACTIONS,
     OBJECTS,
+    REFUSE_TOKEN,
     SPEEDS,
 )
 
@@ -33,7 +34,7 @@ def normalize_gbnf(text: str) -> str:
 
 
 class ActionGrammarMask:
-    """The planner's action grammar (``root ::= step+``) as a logit mask over token ids.
+    """The planner's action grammar (``root ::= step+ | refuse``) as a logit mask over token ids.
 
     Matching is on token pieces (bytes, special tokens rendered), like llama.cpp's grammar
     sampler: the state is the grammar position plus the bytes of an action token matched so far.
@@ -44,8 +45,9 @@ class ActionGrammarMask:
     """
 
     # Grammar positions; the "after a step" ones are where <end> may come.
-    START, OBJ_OR_COLOR, OBJ, LOC, SPEED_OK, STEP_DONE = range(6)
-    _COMPLETE = (SPEED_OK, STEP_DONE)
+    # REFUSED: after ``<refuse>``, a whole plan by itself: only <end> may follow.
+    START, OBJ_OR_COLOR, OBJ, LOC, SPEED_OK, STEP_DONE, REFUSED = range(7)
+    _COMPLETE = (SPEED_OK, STEP_DONE, REFUSED)
 
     def __init__(self, pieces: list[bytes], eog: set[int]) -> None:
         def tok(name: str) -> bytes:
@@ -60,12 +62,13 @@ class ActionGrammarMask:
         speeds = {tok(s): self.STEP_DONE for s in SPEEDS}
         # Next complete token text -> next position, per position.
         self._next: dict[int, dict[bytes, int]] = {
-            self.START: actions,
+            self.START: {**actions, REFUSE_TOKEN.encode(): self.REFUSED},
             self.OBJ_OR_COLOR: {**colors, **objects},
             self.OBJ: objects,
             self.LOC: locations,
             self.SPEED_OK: {**speeds, **actions},
             self.STEP_DONE: actions,
+            self.REFUSED: {},
         }
         charset = set(b"".join(t for table in self._next.values() for t in table))
         self.eog = np.array(sorted(eog), dtype=np.int64)

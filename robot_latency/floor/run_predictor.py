@@ -9,7 +9,7 @@ from robot_latency.floor.calibration import Calibration
 from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.modelinfo import ModelFacts
 from robot_latency.floor.predict import predict_floor
-from robot_latency.floor.target import predict_target
+from robot_latency.floor.steps import StepPredictor
 from robot_latency.records import CycleRecord
 
 
@@ -18,14 +18,19 @@ class FloorPredictor:
 
     The target's entry carries, beside its floor, the calibrated prediction of the engine
     family (``itl_pred_ms``, ``ttft_pred_ms``, ``engine_family``, ``calibration``); None where
-    no calibration could be had (the reason is in the manifest).
+    no calibration could be had (the reason is in the manifest). ``steps``: the step predictor
+    (:mod:`robot_latency.floor.steps`, with ``predict``'s corrections) the record's target answer
+    is computed with; by default one without corrections.
     """
 
     def __init__(self, model: ModelFacts, host: DeviceSheet,
                  target: DeviceSheet, *, calibration: Calibration | None = None,
-                 calibration_error: str | None = None) -> None:
+                 calibration_error: str | None = None,
+                 steps: StepPredictor | None = None) -> None:
         self.model, self.host, self.target = model, host, target
         self.calibration, self.calibration_error = calibration, calibration_error
+        self.steps = steps if steps is not None or calibration is None else \
+            StepPredictor(model, target, calibration)
         self._cal_label = None if calibration is None else (
             f"{calibration.source}, {calibration.scope} scope, {len(calibration.basis)} points")
 
@@ -40,9 +45,9 @@ class FloorPredictor:
                         "prefill_floor_ms": p.prefill_floor_ms}
         target = out["target"]
         target.update(itl_pred_ms=None, ttft_pred_ms=None, engine_family=None, calibration=None)
-        if self.calibration is not None:
-            t = predict_target(self.model, self.target, self.calibration,
-                               context_tokens=tokens_in or 0, prompt_tokens=tokens_in or None)
+        if self.steps is not None:
+            t = self.steps.target_prediction(context_tokens=tokens_in or 0,
+                                             prompt_tokens=tokens_in or None)
             target.update(itl_pred_ms=t.itl_pred_ms, ttft_pred_ms=t.ttft_pred_ms,
                           engine_family=t.engine_family, calibration=self._cal_label)
         return out
@@ -51,39 +56,39 @@ class FloorPredictor:
         """Set the record's predicted end-to-end time on the target and whether it meets the
         deadline (the ``target_*`` fields of :class:`CycleRecord`); nothing without a
         calibration, a model token or a TTFT prediction."""
-        if self.calibration is None or not rec.token_ns or rec.tokens_in is None:
+        if self.steps is None or not rec.token_ns or rec.tokens_in is None:
             return
-        t = predict_target(self.model, self.target, self.calibration,
-                           context_tokens=rec.tokens_in, prompt_tokens=rec.tokens_in,
-                           cached_prefix_tokens=rec.prefix_cache_tokens or 0)
-        if t.ttft_pred_ms is None:
-            return
+        if not self.target.peak_flops:
+            return  # no TTFT prediction on a device without a FLOP/s figure
+        t = self.steps.predict(max(0, rec.tokens_in - (rec.prefix_cache_tokens or 0)),
+                               context_tokens=rec.tokens_in)
         n = rec.tokens_out
-        lo, hi = t.itl_pred_interval_ms
-        e2e = t.ttft_pred_ms + (n - 1) * t.itl_pred_ms
+        lo, hi = (t.itl_ms * (1 + t.itl_interval_rel[0]), t.itl_ms * (1 + t.itl_interval_rel[1]))
+        e2e = t.e2e_ms(n)
         complete = rec.stop_reason in ("done", "complete")
         deadline_ms = rec.deadline_budget_ns / 1e6
         # the TTFT's own interval where the prefill is calibrated, else its point
-        t_lo, t_hi = t.ttft_pred_interval_ms or (t.ttft_pred_ms, t.ttft_pred_ms)
+        t_lo, t_hi = ((t.ttft_ms * (1 + t.ttft_interval_rel[0]),
+                       t.ttft_ms * (1 + t.ttft_interval_rel[1]))
+                      if t.ttft_interval_rel is not None else (t.ttft_ms, t.ttft_ms))
         rec.target_e2e_pred_ms = e2e
         rec.target_e2e_pred_interval_ms = [t_lo + (n - 1) * lo, t_hi + (n - 1) * hi]
         rec.target_deadline_met_pred = (e2e <= deadline_ms if complete
                                         else (False if e2e > deadline_ms else None))
-        rec.target_pred = {"ttft_ms": t.ttft_pred_ms, "itl_ms": t.itl_pred_ms,
+        rec.target_pred = {"ttft_ms": t.ttft_ms, "itl_ms": t.itl_ms,
                            "itl_interval_ms": [lo, hi], "ttft_interval_ms": [t_lo, t_hi],
                            "ttft_floor_ms": t.ttft_floor_ms, "prefill": t.prefill_status,
                            "tokens_out": n,
                            "basis": "complete" if complete else "partial",
                            "max_tokens": max_tokens, "device_id": self.target.id,
-                           "engine_family": t.engine_family}
+                           "engine_family": self.steps.calibration.engine_family}
 
     def manifest(self) -> dict[str, Any]:
         """Return the weights-only floors and the target's calibrated prediction."""
         out: dict[str, Any] = {key: predict_floor(self.model, d).to_dict()
                                for key, d in (("host", self.host), ("target", self.target))}
-        if self.calibration is not None:
-            out["target_prediction"] = predict_target(
-                self.model, self.target, self.calibration).to_dict()
+        if self.steps is not None:  # with predict's corrections (robot_latency.floor.steps)
+            out["target_prediction"] = self.steps.target_prediction().to_dict()
         else:
             out["target_prediction"] = {"error": self.calibration_error}
         return out

@@ -10,6 +10,9 @@ Held-out split: a fixed, seeded set of *combinations* never appears in training:
 (colour, object) pairs and some (paraphrase template, location) pairs. Every word and every single
 template is seen in training; the held-out commands test whether the model composes them.
 
+Out-of-domain commands (questions, chit-chat, unknown or misspelled places and objects) are
+paired with ``<refuse>`` (:mod:`robot_latency.models.ood`), held out the same way.
+
 Everything is deterministic under the seed. Command text is normalised (lower case, words separated
 by single spaces, no punctuation): feed the engine ``normalize_command(text)``.
 """
@@ -20,6 +23,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from robot_latency.models.ood import refusal_commands
 from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, Step, steps_to_tokens
 from robot_latency.profiles.normalize import normalize_command
 
@@ -82,15 +86,8 @@ GIVE_TEMPLATES = ("give it to me", "hand it to me", "hand it over", "pass it to 
 STOP_TEMPLATES = (
     "stop", "halt", "freeze", "stop moving", "stop right now", "emergency stop", "stop immediately",
 )  # fmt: skip
-WAIT_TEMPLATES = (
-    "wait",
-    "wait here",
-    "hold on",
-    "pause",
-    "stay there",
-    "wait a moment",
-    "stay put",
-)
+WAIT_TEMPLATES = ("wait", "wait here", "hold on", "pause", "stay there", "wait a moment",
+                  "stay put")
 PICK_PLACE_TEMPLATES = (
     "put {O} {P} {L}", "place {O} {P} {L}", "move {O} to {L}", "take {O} to {L}",
     "bring {O} to {L}", "carry {O} to {L}", "drop {O} {P} {L}",
@@ -175,6 +172,8 @@ class CorpusConfig:
         heldout_pairs: how many (colour, object) pairs to hold out.
         heldout_template_fraction: fraction of (template, location) pairs to hold out.
         max_clauses: most clauses per command (1 to 3); each clause is one to three steps.
+        n_refuse_train: distinct out-of-domain training commands (plan ``<refuse>``).
+        n_refuse_heldout: distinct out-of-domain held-out commands.
     """
 
     seed: int = 1234
@@ -183,6 +182,8 @@ class CorpusConfig:
     heldout_pairs: int = 12
     heldout_template_fraction: float = 0.12
     max_clauses: int = 2
+    n_refuse_train: int = 3000
+    n_refuse_heldout: int = 300
 
 
 def corpus_config_from_dict(data: dict) -> CorpusConfig:
@@ -206,11 +207,15 @@ class Corpus:
         config: what made it.
         train: training commands (no held-out combination).
         heldout: held-out commands (each with at least one held-out combination).
+        refuse_train: out-of-domain training commands, each planned ``<refuse>``.
+        refuse_heldout: out-of-domain held-out commands (words and phrases never in training).
     """
 
     config: CorpusConfig
     train: list[Command] = field(default_factory=list)
     heldout: list[Command] = field(default_factory=list)
+    refuse_train: list[Command] = field(default_factory=list)
+    refuse_heldout: list[Command] = field(default_factory=list)
 
 
 Key = tuple[str, str, str]
@@ -438,4 +443,8 @@ def generate_corpus(
             raise RuntimeError(
                 f"only {len(train)} train / {len(held)} held-out commands after {n} draws"
             )
-    return Corpus(config=config, train=list(train.values()), heldout=list(held.values()))
+    refuse_train, refuse_held = refusal_commands(
+        config.seed, config.n_refuse_train, config.n_refuse_heldout,
+        grammar_words=frozenset(grammar_words()), make=Command)
+    return Corpus(config=config, train=list(train.values()), heldout=list(held.values()),
+                  refuse_train=refuse_train, refuse_heldout=refuse_held)

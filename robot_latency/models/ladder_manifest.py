@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robot_latency.digest import cache_root
 from robot_latency.errors import RobotLatencyError
 
 __all__ = [
@@ -197,12 +198,7 @@ def default_cache_dir() -> Path:
     ``$ROBOT_LATENCY_CACHE_DIR/models``, else ``$XDG_CACHE_HOME/robot_latency/models``, else
     ``~/.cache/robot_latency/models`` (the same root as the host-probe cache).
     """
-    explicit = os.environ.get("ROBOT_LATENCY_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser() / "models"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "robot_latency" / "models"
+    return cache_root() / "models"
 
 
 def llama_cpp_version() -> str | None:

@@ -27,19 +27,13 @@ import torch.nn.functional as F
 from robot_latency.digest import sha256_file
 from robot_latency.models.corpus import Command, CorpusConfig, generate_corpus
 from robot_latency.models.export import GGUFShape, export_gguf
+from robot_latency.models.grow import grown_model
 from robot_latency.models.tokenizer import PlannerTokenizer, Vocab, build_vocab
 from robot_latency.models.torch_llama import LlamaModel
+from robot_latency.profiles.actions import REFUSE_TOKEN
 
-__all__ = [
-    "DRAFT_SHAPE",
-    "TARGET_SHAPE",
-    "Example",
-    "TrainConfig",
-    "build_examples",
-    "greedy_decode",
-    "main",
-    "train_model",
-]
+__all__ = ["DRAFT_SHAPE", "TARGET_SHAPE", "Example", "TrainConfig", "build_examples",
+           "greedy_decode", "main", "train_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +152,15 @@ class TrainResult:
     wall_s: float = 0.0
 
 
-def train_model(shape: GGUFShape, examples: Sequence[Example], cfg: TrainConfig) -> TrainResult:
-    """Train one model from scratch.
+def train_model(shape: GGUFShape, examples: Sequence[Example], cfg: TrainConfig,
+                init: LlamaModel | None = None) -> TrainResult:
+    """Train one model from scratch (or on from ``init``'s weights, of the same shape).
 
     Args:
         shape: hyper-parameters.
         examples: training rows.
         cfg: optimisation settings.
+        init: start from this model instead of random weights.
 
     Returns:
         The trained model and its loss curve.
@@ -172,17 +168,11 @@ def train_model(shape: GGUFShape, examples: Sequence[Example], cfg: TrainConfig)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    model = LlamaModel(shape)
+    model = LlamaModel(shape) if init is None else init
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": cfg.weight_decay},
-            {"params": no_decay, "weight_decay": 0},
-        ],
-        lr=cfg.lr,
-        betas=(0.9, 0.98),
-    )
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0}], lr=cfg.lr, betas=(0.9, 0.98))
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:
@@ -210,13 +200,8 @@ def train_model(shape: GGUFShape, examples: Sequence[Example], cfg: TrainConfig)
         running.append(loss.item())
         if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
             res.losses.append(sum(running) / len(running))
-            logger.info(
-                "step %d/%d loss %.4f (%.0f s)",
-                step + 1,
-                cfg.steps,
-                res.losses[-1],
-                time.perf_counter() - t0,
-            )
+            logger.info("step %d/%d loss %.4f (%.0f s)", step + 1, cfg.steps, res.losses[-1],
+                        time.perf_counter() - t0)
             running = []
     res.wall_s = time.perf_counter() - t0
     model.eval()
@@ -319,6 +304,7 @@ class BuildConfig:
     )
     dtype: str = "F32"
     context_length: int = 128
+    init_from: Path | None = None  # a built model directory whose vocabulary only grew
 
 
 def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str, Any]:
@@ -338,10 +324,11 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
     vocab: Vocab = build_vocab()
     with PlannerTokenizer(vocab) as tok:
         tok.check_words()
-        train_ex = build_examples(corpus.train, tok)
+        train_ex = build_examples(corpus.train + corpus.refuse_train, tok)
         held = corpus.heldout[:n_eval] if n_eval else corpus.heldout
         held_ex = build_examples(held, tok)
-    max_len = max(len(e.prompt) + len(e.plan) for e in train_ex + held_ex)
+        refuse_ex = build_examples(corpus.refuse_heldout, tok)  # out of domain: <refuse>
+    max_len = max(len(e.prompt) + len(e.plan) for e in train_ex + held_ex + refuse_ex)
     if max_len > cfg.context_length:
         raise ValueError(f"longest example {max_len} exceeds context {cfg.context_length}")
     logger.info("corpus: %d train, %d held-out; vocab %d", len(train_ex), len(held_ex), vocab.size)
@@ -358,10 +345,14 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
     outputs: dict[str, list[list[int]]] = {}
     for role in ("target", "draft"):
         logger.info("training %s %s", role, shapes[role])
-        res = train_model(shapes[role], train_ex, trains[role])
+        init = None if cfg.init_from is None else grown_model(
+            cfg.init_from / files[role], vocab, tuple(t for t in vocab.tokens if t != REFUSE_TOKEN))
+        res = train_model(shapes[role], train_ex, trains[role], init)
         results[role] = res
         outputs[role] = greedy_decode(res.model, prompts, eos=vocab.eos_id)
         acc = exact_match_rate(outputs[role], held_ex)
+        refuse_out = greedy_decode(res.model, [e.prompt for e in refuse_ex], eos=vocab.eos_id)
+        refused = [vocab.id(REFUSE_TOKEN), vocab.eos_id]
         logger.info("%s held-out exact match %.4f (%.0f s)", role, acc, res.wall_s)
         path = export_gguf(
             out / files[role],
@@ -382,6 +373,10 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
             "train_wall_s": round(res.wall_s, 1),
             "final_loss": round(res.losses[-1], 5),
             "heldout_exact_match": round(acc, 4),
+            # held-out out-of-domain commands refused; held-out in-domain ones refused
+            "heldout_refuse_rate": round(exact_match_rate(refuse_out, refuse_ex), 4),
+            "heldout_in_domain_refused": round(
+                sum(o == refused for o in outputs[role]) / max(1, len(held_ex)), 4),
         }
     acceptance = teacher_forced_agreement(results["draft"].model, prompts, outputs["target"])
     wall = time.perf_counter() - t_start
@@ -397,12 +392,14 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
         "draft_acceptance_rate": round(acceptance, 4),
         "corpus": {
             **asdict(cfg.corpus),
-            "train_commands": len(train_ex),
+            "train_commands": len(train_ex),  # refusals included
             "heldout_commands": len(held_ex),
             "vocab_size": vocab.size,
         },
         "build_wall_s": round(wall, 1),
-        "build_command": "python -m robot_latency.models.train --out robot_latency/data/models",
+        "build_command": "python -m robot_latency.models.train --out robot_latency/data/models"
+        + (f" --init-from {cfg.init_from} --target-steps {cfg.target_train.steps} --draft-steps "
+           f"{cfg.draft_train.steps} --lr {cfg.target_train.lr}" if cfg.init_from else ""),
         "torch_version": torch.__version__,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -426,9 +423,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-train", type=int, default=None)
     ap.add_argument("--n-eval", type=int, default=None, help="held-out commands to evaluate")
     ap.add_argument("--dtype", choices=("F32", "F16"), default="F32")
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="start from this directory's models (a vocabulary that only grew)")
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate of both models")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = BuildConfig(dtype=args.dtype)
+    cfg = BuildConfig(dtype=args.dtype, init_from=args.init_from)
+    if args.lr is not None:
+        cfg = replace(cfg, target_train=replace(cfg.target_train, lr=args.lr, warmup=20),
+                      draft_train=replace(cfg.draft_train, lr=args.lr, warmup=20))
     if args.target_steps is not None:
         cfg = replace(cfg, target_train=replace(cfg.target_train, steps=args.target_steps))
     if args.draft_steps is not None:

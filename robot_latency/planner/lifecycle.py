@@ -27,6 +27,7 @@ from robot_latency.floor.devices import get_device
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.run_predictor import FloorPredictor
+from robot_latency.floor.steps import step_predictor
 from robot_latency.floor.target import resolve_calibration
 from robot_latency.hostfacts import host_facts, host_steal_s, package_versions
 from robot_latency.planner.budget import (
@@ -41,6 +42,7 @@ from robot_latency.planner.budget import (
 from robot_latency.planner.loop import PlannerLoop, Publisher, Runner
 from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
+from robot_latency.profiles.labels import Label, LabelSet
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
 from robot_latency.rosenv import ros_facts
 from robot_latency.stats import summarize, write_summary
@@ -69,9 +71,10 @@ class PlannerRun:
     def __init__(self, config: ResolvedRun, *, publish: Publisher, clock: Clock = DEFAULT_CLOCK,
                  sleep_until: Callable[[int], None] | None = None,
                  on_record: Callable[[CycleRecord], None] | None = None,
-                 runner: Runner | None = None) -> None:
+                 runner: Runner | None = None, labels: LabelSet | None = None) -> None:
         self.config = config
         self.on_record = on_record
+        self.labels = labels  # the commands' labels: each record's plan is judged against them
         self.clock = clock
         self.log_dir = Path(config.log_dir)
         self._check_log_dir()
@@ -128,7 +131,12 @@ class PlannerRun:
                 raise RunError(f"target prediction: {err}") from err
             log.warning("no calibrated prediction for %s on %s: %s", family, target.id, err)
             return FloorPredictor(model, host, target, calibration_error=str(err))
-        return FloorPredictor(model, host, target, calibration=cal)
+        from robot_latency.planner.target_inputs import model_preset
+
+        # the records' target answer takes predict's corrections (robot_latency.floor.steps)
+        steps = step_predictor(model, target, cal, spec=cfg.model,
+                               model_id=model_preset(cfg.model))
+        return FloorPredictor(model, host, target, calibration=cal, steps=steps)
 
     def enter_loop_thread(self) -> dict[str, Any]:
         """Apply the CPU budget to the calling thread, the one about to run the loop, freeze
@@ -163,7 +171,14 @@ class PlannerRun:
 
     # --- per cycle ---------------------------------------------------------------------------
     def _write(self, rec: CycleRecord) -> None:
-        """Enrich a record (floor, CPU, RSS, telemetry) after its plan is out, then log it."""
+        """Enrich a record (correctness, floor, CPU, RSS, telemetry) after its plan is out, then
+        log it."""
+        label = None if self.labels is None else self.labels.lookup(rec.command_id)
+        if label is not None:
+            rec.label_kind = label.kind
+            rec.plan_correct = label.judge(rec.plan) if rec.plan_source != "none" else None
+            if rec.plan_source == "fallback":
+                rec.fallback_correct = self._fallbacks_judged(label, rec)
         if self.floor is not None:
             rec.floor = self.floor.predict(rec.tokens_in)
             try:
@@ -193,6 +208,15 @@ class PlannerRun:
                 self.on_record(rec)
             except Exception as err:
                 log.error("cycle %d: record consumer failed: %r", rec.cycle, err)
+
+    def _fallbacks_judged(self, label: Label, rec: CycleRecord) -> dict[str, bool]:
+        """Judge what ``rule`` and ``hold`` would each have published for this command."""
+        assert self.labels is not None
+        text = self.labels.text_of(rec.command_id)
+        chain = self.loop.fallback
+        rule = self.planning.rule(text) if (self.planning.rule and text) else None
+        return {"rule": bool(label.judge(rule or chain.stop_plan)),
+                "hold": bool(label.judge(chain.wait_plan))}
 
     # --- manifest, summary, close ------------------------------------------------------------
     def manifest(self, status: str) -> dict[str, Any]:

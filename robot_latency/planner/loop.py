@@ -133,6 +133,7 @@ class PlannerLoop:
         self._current: InboundCommand | None = None
         self._last_command_id: str | None = None
         self._last_plan: dict[str, Any] | None = None
+        self._last_plan_text: str | None = None  # the command the last plan was for
         self._last_plan_ns: int | None = None
         #: the transport margin (fixed, or measured from samples the ROS node adds)
         self.transport = TransportMargin(config.margin_settings())
@@ -143,8 +144,7 @@ class PlannerLoop:
         self.newer_command_waiting: Interrupt | None = None
         #: set by a source whose commands can be withdrawn (aborted, nothing published for it)
         self.withdrawals: Withdrawals | None = None
-        #: the command of the cycle running now (None between cycles); read by other threads
-        self.running: InboundCommand | None = None
+        self.running: InboundCommand | None = None  # the running cycle's (other threads read it)
 
     # --- one cycle ---------------------------------------------------------------------------
     def _command_problem(self, text: str) -> str | None:
@@ -234,7 +234,7 @@ class PlannerLoop:
             t0 = self.clock()
             policy, plan = self.fallback.answer(FallbackContext(
                 command=text, now_ns=t0, last_plan=self._last_plan,
-                last_plan_ns=self._last_plan_ns))
+                last_plan_ns=self._last_plan_ns, last_plan_command=self._last_plan_text))
             rec.plan_source, rec.fallback_reason, rec.fallback_policy = "fallback", reason, policy
             rec.phases_ns["fallback"] = self.clock() - t0
         else:
@@ -265,7 +265,7 @@ class PlannerLoop:
                 self.transport.add_loop_excess(published - (give_up + publish_margin))
         self._collect_partial(rec, tick_ns)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
-            self._last_plan, self._last_plan_ns = plan, published
+            self._last_plan, self._last_plan_ns, self._last_plan_text = plan, published, text
         self._write(rec)
         self.cycles_run += 1
         return rec

@@ -24,6 +24,7 @@ from robot_latency.planner.lifecycle import PlannerRun
 from robot_latency.planner.loop import PlannerLoop, Publisher
 from robot_latency.planner.mailbox import InboundCommand
 from robot_latency.planner.resolve import ResolvedRun
+from robot_latency.profiles.labels import LabelSet, label_schema, stream_labels
 from robot_latency.progress import CycleProgress
 from robot_latency.streams import CommandStream
 
@@ -88,8 +89,13 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
 
 def run_replay(config: ResolvedRun, stream: CommandStream, *, speed: float = 1.0,
                asap: bool = False, publish: Publisher | None = None,
-               handle_signals: bool = False, progress: bool = False) -> dict[str, Any]:
+               handle_signals: bool = False, progress: bool = False,
+               labels: LabelSet | None = None) -> dict[str, Any]:
     """Replay ``stream`` into a new run directory; return its summary.
+
+    The stream's labels (each command's own ``expected``, then ``labels``: a sidecar's, by id
+    or text) are checked against the run's planner profile, and every record's plan is judged
+    against them (``plan_correct``).
 
     With ``handle_signals``, SIGINT and SIGTERM end the replay after the current cycle: the
     cycle log is complete and flushed, and summary.json is written from it. With ``progress``,
@@ -97,7 +103,10 @@ def run_replay(config: ResolvedRun, stream: CommandStream, *, speed: float = 1.0
 
     Raises:
         RunError: the run could not start (log directory, engine, model).
+        LabelError: a command's own label does not fit the profile's schema.
     """
+    judged = stream_labels(stream.commands, schema=label_schema(config.planning.contract),
+                           source=stream.source, sidecar=labels)
     stop = threading.Event()
     previous: dict[int, Any] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
@@ -111,7 +120,7 @@ def run_replay(config: ResolvedRun, stream: CommandStream, *, speed: float = 1.0
                         desc=config.label or "run", enabled=progress)
     try:
         with PlannerRun(config, publish=publish or (lambda envelope: None),
-                        on_record=bar.record) as run:
+                        on_record=bar.record, labels=judged if len(judged) else None) as run:
             run.enter_loop_thread()
             replay(run.loop, stream, speed=speed, asap=asap, should_stop=stop.is_set)
             summary = run.close()

@@ -21,6 +21,11 @@ wait       none (no speed)              "wait here"
 A speed token (``<slow>`` or ``<fast>``) may follow any step but stop and wait; without one the
 speed is ``normal``. A one-step plan is at most 4 tokens plus ``<end>``.
 
+``<refuse>`` is the planner's "cannot plan" (a question, chit-chat, an unknown or misspelled place
+or object): it is a whole plan by itself, ``<refuse><end>``, never a step among motions. It
+expands to the one-step plan :data:`REFUSE_PLAN` (action ``refuse``), which a node publishes as a
+refusal, never as a motion.
+
 The planner expands a parsed sequence into the JSON plan whose schema ships as
 ``robot_latency/data/plan.schema.json``::
 
@@ -62,6 +67,8 @@ from robot_latency.profiles.vocabulary import (
     OBJECT_ACTIONS,
     OBJECTS,
     PLAN_TOKEN,
+    REFUSE_ACTION,
+    REFUSE_TOKEN,
     SPEED_VALUES,
     SPEEDS,
     action_token,
@@ -82,6 +89,9 @@ __all__ = [
     "OBJECTS",
     "OBJECT_ACTIONS",
     "PLAN_TOKEN",
+    "REFUSE_ACTION",
+    "REFUSE_PLAN",
+    "REFUSE_TOKEN",
     "SPEEDS",
     "SPEED_VALUES",
     "STOP_STEP_PLAN",
@@ -90,6 +100,7 @@ __all__ = [
     "actions_gbnf",
     "expand_to_plan",
     "instruct_plan_schema",
+    "is_refusal",
     "parse_actions",
     "plan_json_schema",
     "render_plan_files",
@@ -145,6 +156,7 @@ def steps_to_tokens(steps: list[Step] | tuple[Step, ...], *, end: bool = True) -
         PlanParseError: a step is not valid.
     """
     out: list[str] = []
+    _check_refusal_alone(steps)
     for step in steps:
         _check_step(step)
         out.append(action_token(step.action))
@@ -161,7 +173,16 @@ def steps_to_tokens(steps: list[Step] | tuple[Step, ...], *, end: bool = True) -
     return out
 
 
+def _check_refusal_alone(steps: list[Step] | tuple[Step, ...]) -> None:
+    if len(steps) > 1 and any(s.action == REFUSE_ACTION for s in steps):
+        raise PlanParseError(f"{REFUSE_ACTION} is a whole plan, never a step among others")
+
+
 def _check_step(step: Step) -> None:
+    if step.action == REFUSE_ACTION:
+        if step.target is not None or step.color is not None or step.speed != "normal":
+            raise PlanParseError(f"{REFUSE_ACTION} takes no target, colour or speed")
+        return
     if step.action not in ACTIONS:
         raise PlanParseError(f"unknown action {step.action!r}")
     if step.speed not in SPEED_VALUES:
@@ -207,6 +228,10 @@ def parse_actions(text: str) -> list[Step]:
         tokens = tokens[:end]
     if not tokens:
         raise PlanParseError(f"empty plan in {text!r}")
+    if REFUSE_TOKEN in tokens:
+        if tokens != [REFUSE_TOKEN]:
+            raise PlanParseError(f"{REFUSE_TOKEN} is a whole plan by itself in {text!r}")
+        return [Step(REFUSE_ACTION)]
     steps: list[Step] = []
     i = 0
     while i < len(tokens):
@@ -273,6 +298,25 @@ STOP_STEP_PLAN: dict[str, Any] = {"steps": [{"action": "stop", "target": None,
                                              "speed": "normal"}]}
 
 
+#: The refusal ("cannot plan") in the expanded form: what ``<refuse>`` expands to.
+REFUSE_PLAN: dict[str, Any] = {"steps": [{"action": REFUSE_ACTION, "target": None,
+                                          "target_kind": None, "color": None,
+                                          "speed": "normal"}]}
+
+
+def is_refusal(plan: Any) -> bool:
+    """Return whether ``plan`` (a JSON plan in any profile's form) is a refusal.
+
+    A refusal is a plan whose only step has the action ``refuse`` (:data:`REFUSE_PLAN` for the
+    action language; a JSON profile's schema may allow the same step).
+    """
+    if not isinstance(plan, dict):
+        return False
+    steps = plan.get("steps")
+    return (isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict)
+            and steps[0].get("action") == REFUSE_ACTION)
+
+
 def validate_plan(plan: Any) -> list[Step]:
     """Validate an expanded JSON plan against the plan schema's rules.
 
@@ -305,6 +349,7 @@ def validate_plan(plan: Any) -> list[Step]:
         if item["target_kind"] != step.target_kind:
             raise PlanParseError(f"step {n}: target_kind must be {step.target_kind!r}")
         steps.append(step)
+    _check_refusal_alone(steps)
     return steps
 
 

@@ -2,8 +2,10 @@
 
 It knows the plan language's vocabulary (actions, colours, objects, locations, speeds) and maps a
 plain-English command to steps by keywords, clause by clause ("pick up the red cup and put it on
-the tray"). It is no language model: a command it cannot read gives no plan, and the fallback
-chain moves on (``hold``, then ``stop``).
+the tray"). It is no language model: a command in which it reads no step at all ("what's your
+battery level?", "dance for me", "go hom") is refused (:data:`REFUSE_PLAN`), never guessed into a
+motion. Only an empty command gives no plan, and the fallback chain moves on (``hold``, then
+``stop``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, Step, expand_to_plan
+from robot_latency.profiles.actions import (
+    COLORS,
+    LOCATIONS,
+    OBJECTS,
+    REFUSE_ACTION,
+    Step,
+    expand_to_plan,
+)
 
 # Verb keywords per action, checked in this order (first match in a clause wins).
 _ACTION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -92,8 +101,9 @@ def _clause_steps(clause: str, speed: str) -> list[Step]:
     action = next((a for a, pattern in _ACTION_RES if pattern.search(clause)), None)
     obj, color, loc = _first(clause, _OBJECT_RE), _first(clause, _COLOR_RE), _location(clause)
     if action is None:
-        # "the red cup to the tray" style fragments: infer from what is named.
-        action = "pick" if obj else ("goto" if loc else None)
+        # "the red cup to the tray" style fragments: infer from what is named. "me" alone
+        # ("dance for me") names no place: nothing to infer from.
+        action = "pick" if obj else ("goto" if loc not in (None, "operator") else None)
     if action is None:
         return []
     if action in ("stop", "wait"):
@@ -110,6 +120,8 @@ def _clause_steps(clause: str, speed: str) -> list[Step]:
             elif dest == "operator" or _BRING_RE.search(clause):
                 steps.append(Step("give", speed=speed))
         return steps
+    if action == "goto" and loc == "operator":
+        return [Step("goto", target="operator", speed=speed)]  # "come here"
     if action in ("place", "goto"):
         if loc is None or loc == "operator":
             return [Step("give", speed=speed)] if action == "place" and loc == "operator" else []
@@ -118,7 +130,9 @@ def _clause_steps(clause: str, speed: str) -> list[Step]:
 
 
 def rule_plan(command: str) -> list[Step] | None:
-    """Return the keyword planner's steps for ``command``, or None when it reads nothing.
+    """Return the keyword planner's steps for ``command``: a refusal when it reads no step.
+
+    Returns None only for a command with no words at all.
 
     Args:
         command: the operator's command, any case; punctuation, filler words and modal verbs
@@ -134,10 +148,11 @@ def rule_plan(command: str) -> list[Step] | None:
     steps: list[Step] = []
     for clause in _CLAUSE_SPLIT.split(text):
         steps.extend(_clause_steps(clause.strip(), speed))
-    return steps or None
+    return steps or [Step(REFUSE_ACTION)]
 
 
 def rule_plan_json(command: str) -> dict[str, Any] | None:
-    """Return the keyword planner's plan in the expanded JSON form; None when it reads nothing."""
+    """Return the keyword planner's plan in the expanded JSON form (a refusal when it reads no
+    step); None for a command with no words."""
     steps = rule_plan(command)
     return expand_to_plan(steps) if steps else None

@@ -19,6 +19,8 @@ __all__ = [
     "OBJECTS",
     "OBJECT_ACTIONS",
     "PLAN_TOKEN",
+    "REFUSE_ACTION",
+    "REFUSE_TOKEN",
     "SPEEDS",
     "SPEED_VALUES",
     "action_token",
@@ -31,6 +33,9 @@ ACTIONS: tuple[str, ...] = ("pick", "find", "place", "goto", "give", "stop", "wa
 OBJECT_ACTIONS: frozenset[str] = frozenset({"pick", "find"})
 LOCATION_ACTIONS: frozenset[str] = frozenset({"place", "goto"})
 NO_SPEED_ACTIONS: frozenset[str] = frozenset({"stop", "wait"})
+# "Cannot plan": a whole plan of its own (never a step among motions), no target, no speed.
+# It is not in ACTIONS, which are the motions a plan may chain.
+REFUSE_ACTION = "refuse"
 
 COLORS: tuple[str, ...] = ("red", "blue", "green", "yellow", "black", "white", "orange", "purple")
 OBJECTS: tuple[str, ...] = (
@@ -47,6 +52,7 @@ SPEED_VALUES: tuple[str, ...] = ("slow", "normal", "fast")
 
 PLAN_TOKEN = "<plan>"  # separates the command from the plan in the prompt
 END_TOKEN = "<end>"  # ends the plan; the GGUF's EOS token
+REFUSE_TOKEN = f"<{REFUSE_ACTION}>"  # the planner's refusal: the whole plan, then <end>
 
 
 def action_token(name: str) -> str:
@@ -75,5 +81,6 @@ ACTION_TOKENS: tuple[str, ...] = (
     + tuple(object_token(o) for o in OBJECTS)
     + tuple(location_token(loc) for loc in LOCATIONS)
     + tuple(action_token(s) for s in SPEEDS)
+    + (REFUSE_TOKEN,)
 )
 """Every token the model may emit before ``<end>``, in vocabulary order."""

@@ -28,8 +28,9 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
 ``fallbacks``, ``fallback_rate``   cycles answered by a fallback, for any reason (the same
                             count as ``model_misses``: every fallback is a model miss)
 ``reference``               the label of the reference configuration
-``agreement``               fraction of commands whose model plan equals the reference's
-``agreement_n``             commands compared (both runs have a model plan for them)
+``agreement``               fraction of commands whose outcome equals the reference's: the same
+                            model plan, or both fell back (a fallback is its own outcome)
+``agreement_n``             commands compared (every command both runs planned)
 ``floor_efficiency``        ``floor_itl_host_ms / itl_p50_ms`` (1.0 = at the bandwidth floor)
 ``tpot_p50_ms``             median time per output token after the first
 ``tpot_speedup``            the reference's ``tpot_p50_ms`` over this run's (2.0: decodes twice
@@ -45,10 +46,19 @@ unknown or undefined, an empty cell in CSV, ``-`` in Markdown):
                             the simulated target), ``offboard`` (engine ``openai``: a server) or
                             ``hybrid`` (both asked each cycle)
 ``server_plans``            hybrid: model plans published from the server (the rest onboard)
+``target_pred_miss_rate``, ``target_pred_miss_interval`` ``[lo, hi]``
+                            the loop simulated on ``target_device`` from the run directory's
+                            untimed pass (``target.json``, :mod:`robot_latency.planner.target_sim`):
+                            predicted receiver miss rate (fraction of commands) and its interval
+``target_pred_e2e_p50_ms``, ``target_pred_model_in_time_rate``   e2e p50 there (ms); commands
+                            whose model plan is valid and in time there (fraction)
+``target_min_deadline_ms``  the smallest deadline held there at a 5% receiver miss rate, ms
 ==========================  =====================================================================
 
-Plan agreement pairs cycles by ``command_id``: for each command, the first cycle whose plan came
-from the model, in each run. The reference row's own agreement is None (nothing to compare).
+Plan agreement pairs cycles by ``command_id``: for each command, its first cycle in each run.
+Its outcome is the model's plan, or "fallback" when the fallback answered: a level that falls
+back on the hard commands does not look better for it (the pair is counted, not dropped). The
+reference row's own agreement is None (nothing to compare).
 """
 
 from __future__ import annotations
@@ -77,6 +87,7 @@ from robot_latency.report.rundir import (
     target_prediction,
 )
 from robot_latency.report.table import fmt, markdown_table, rate_ci
+from robot_latency.report.target import simulated_answers, with_target_fields
 from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
 log = logging.getLogger(__name__)
@@ -133,6 +144,11 @@ class ComparisonRow:
     reference_reason: str | None = None
     plan_made: str | None = None
     server_plans: int | None = None
+    target_pred_miss_rate: float | None = None
+    target_pred_miss_interval: list[float] | None = None
+    target_pred_e2e_p50_ms: float | None = None
+    target_pred_model_in_time_rate: float | None = None
+    target_min_deadline_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a dict keyed by :data:`COLUMNS`."""
@@ -155,22 +171,24 @@ def human_bytes(n: int | None) -> str | None:
     return f"{value:.1f} TiB"
 
 
-def _first_model_plans(records: Sequence[CycleRecord]) -> dict[str, Any]:
+def _first_outcomes(records: Sequence[CycleRecord]) -> dict[str, Any]:
+    """Return {command_id: the model's plan, or "fallback"} at each command's first plan."""
     out: dict[str, Any] = {}
     for rec in records:
-        if (rec.command_id is not None and rec.plan_source == "model" and rec.plan is not None
-                and rec.command_id not in out):
-            out[rec.command_id] = rec.plan
+        if rec.command_id is None or rec.command_id in out or rec.plan_source == "none":
+            continue
+        out[rec.command_id] = rec.plan if rec.plan_source == "model" else "fallback"
     return out
 
 
 def plan_agreement(records: Sequence[CycleRecord],
                    reference: Sequence[CycleRecord]) -> tuple[float | None, int]:
-    """Return (fraction of shared commands with equal model plans, commands compared).
+    """Return (fraction of shared commands with equal outcomes, commands compared).
 
-    The fraction is None when no command has a model plan in both runs.
+    An outcome is the model's plan, or the fallback (its own outcome, counted). The fraction is
+    None when no command was planned in both runs.
     """
-    mine, ref = _first_model_plans(records), _first_model_plans(reference)
+    mine, ref = _first_outcomes(records), _first_outcomes(reference)
     shared = [cid for cid in mine if cid in ref]
     if not shared:
         return None, 0
@@ -339,7 +357,10 @@ def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
         return []
     ref, why = choose_reference(runs, reference)
     dirs = [str(d) for d in run_dirs] if run_dirs is not None else [None] * len(runs)
-    return [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
+    rows = [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
+    answers = simulated_answers(runs, run_dirs) if run_dirs is not None else [None] * len(rows)
+    return [with_target_fields(row, a) for row, a in zip(rows, answers, strict=True)]
+
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,

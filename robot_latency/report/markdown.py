@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from robot_latency.profiles.labels import LabelSet
 from robot_latency.report.client import (
     EdgeComparison,
     edge_section,
@@ -21,6 +22,7 @@ from robot_latency.report.client import (
     plot_reaction_cdf,
 )
 from robot_latency.report.compare import compare_loaded, to_csv, to_json, to_markdown
+from robot_latency.report.correctness import correctness_for, correctness_markdown
 from robot_latency.report.diagnose import (
     CAUSES,
     PREFILL_SHARE,
@@ -34,7 +36,14 @@ from robot_latency.report.diagnose import (
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
 from robot_latency.report.table import fmt, markdown_lines, pct
-from robot_latency.report.target import plot_target_e2e, target_level, target_section
+from robot_latency.report.target import (
+    plot_target_e2e,
+    simulated_answers,
+    simulated_section,
+    target_level,
+    target_section,
+)
+from robot_latency.report.target_answer import CURVE_PLOT, plot_deadline_curve
 from robot_latency.stats import P99_MIN_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -168,7 +177,7 @@ def render_report(runs: Sequence[RunData], table_md: str,
                   plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
                   edges: Sequence[EdgeComparison] = (), reference_note: str = "",
                   target_lines: Sequence[str] = (),
-                  host_warnings: Sequence[str | None] = ()) -> str:
+                  host_warnings: Sequence[str | None] = (), correctness_md: str = "") -> str:
     """Return the report's Markdown text; plot links are relative to the report.
 
     ``host_warnings``: per run, its overload warning (:func:`host_load_warning`) or None; a
@@ -182,6 +191,8 @@ def render_report(runs: Sequence[RunData], table_md: str,
         lines += [f"> **As-fast-as-possible replay** (not at recorded times): {', '.join(asap)}. "
                   "Their latencies include self-inflicted queueing.", ""]
     lines += list(target_lines)
+    if correctness_md:  # right, not only on time: correctness, goodput and the level named
+        lines += [correctness_md, ""]
     lines += ["## Comparison", "", table_md, ""]
     if reference_note:
         lines += [reference_note, ""]
@@ -221,8 +232,23 @@ def render_report(runs: Sequence[RunData], table_md: str,
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _target_lines(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],
+                  rows: Sequence[object], ref_run: RunData | None, out: Path) -> list[str]:
+    """The opening section: the loop simulated on the target where the run directories keep an
+    untimed pass (target.json), else each record's own prediction (this host's token counts)."""
+    answers = simulated_answers(runs, run_dirs)
+    if any(a is not None for a in answers):
+        plot = plot_deadline_curve([a for a in answers if a is not None], out / CURVE_PLOT)
+        return simulated_section(answers, plot)
+    levels = [target_level(r, ref_run, runs) for r in runs]
+    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
+    return ["> No untimed pass in these run directories (target.json): the predictions below "
+            "take each cycle's token counts from how far this host got, so they depend on this "
+            "host's speed.", "", *target_section(levels, rows, target_plot)]
+
+
 def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
-                 *, reference: str | None = None) -> Path:
+                 *, reference: str | None = None, labels: LabelSet | None = None) -> Path:
     """Write the plots, the comparison files and ``report.md`` for finished runs.
 
     Args:
@@ -230,6 +256,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         out_dir: where to write (created if needed).
         reference: label of the configuration plan agreement is measured against (default:
             the highest precision, :func:`robot_latency.report.compare.choose_reference`).
+        labels: the commands' labels, for runs whose records were not judged as they ran (a
+            ROS run); records that carry ``plan_correct`` need none.
 
     Returns:
         The path of ``report.md``.
@@ -255,12 +283,12 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
     # The opening section: the target's answer per level (robot_latency.report.target).
     ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
-    levels = [target_level(r, ref_run, runs) for r in runs]
-    target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
+    judged = correctness_for(runs, run_dirs, labels=labels, comparison=out / "comparison.json")
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=target_section(levels, rows, target_plot),
-                         host_warnings=[host_load_warning(d) for d in run_dirs])
+                         target_lines=_target_lines(runs, run_dirs, rows, ref_run, out),
+                         host_warnings=[host_load_warning(d) for d in run_dirs],
+                         correctness_md=correctness_markdown(judged) if judged else "")
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

@@ -56,6 +56,7 @@ class TargetLevel:
     device_id: str | None
     engine_family: str | None
     cycles: list[TargetCycle] = field(default_factory=list)
+    left_out: int = 0  # cycles with no prediction (skipped, no model asked, no trace)
 
     @property
     def n(self) -> int:
@@ -175,7 +176,7 @@ def target_level(run: RunData, reference: RunData | None,
         if rec.target_pred:
             family = rec.target_pred.get("engine_family") or family
             device = rec.target_pred.get("device_id") or device
-    return TargetLevel(run.label, device, family, cycles)
+    return TargetLevel(run.label, device, family, cycles, left_out=len(run.records) - len(cycles))
 
 
 def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
@@ -218,6 +219,10 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
             _measured(row, "deadline_miss"),
             _measured(row, "model_miss"),
         ])
+        if lv.left_out:
+            notes.append(f"- {lv.label}: {lv.left_out} of {len(lv.cycles) + lv.left_out} cycles "
+                         "left out of the predicted rate (skipped, no model asked, or no "
+                         "trace here).")
         if lv.planned:
             how = ", ".join(f"{k} ({v})" for k, v in sorted(lv.planned.items()))
             whole = " (none of its outputs finished here)" if sum(lv.planned.values()) == lv.n \
@@ -230,9 +235,10 @@ def target_section(levels: Sequence[TargetLevel], measured: Sequence[Any],
     lines += markdown_lines(header, rows, aligned=False)
     lines.append("")
     if notes:
-        lines += ["Cycles whose output never finished here are predicted from their planned "
-                  "output length (the reference level's plan for the same command when it "
-                  "finished, else another level's, else max_tokens):", "", *notes, ""]
+        lines += ["Cycles left out, and cycles whose output never finished here (predicted "
+                  "from their planned output length: the reference level's plan for the same "
+                  "command when it finished, else another level's, else max_tokens):", "",
+                  *notes, ""]
     if plot is not None:
         lines += [f"![Predicted end-to-end time on the target against the deadline]"
                   f"({plot.name})", ""]
@@ -283,3 +289,91 @@ def plot_target_e2e(levels: Sequence[TargetLevel],
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
     return p
+
+
+# --- the loop simulated on the target (robot_latency.planner.target_sim) -----------------------
+
+def simulated_answers(runs: Sequence[RunData],
+                      run_dirs: Sequence[str | os.PathLike[str]]) -> list[Any]:
+    """Return each run's simulated answer on the target (None where its directory keeps no
+    ``target.json``, or a broken one: logged, the report goes on).
+
+    The loop's rules are the run's own (``target.json``), with the transport margin this run
+    measured: the median of its records' ``margin_ns`` less the publish margin.
+    """
+    from dataclasses import replace
+
+    from robot_latency.floor.errors import FloorError
+    from robot_latency.planner.target_inputs import read_target_inputs
+    from robot_latency.planner.untimed import UntimedError
+    from robot_latency.report.target_answer import answers_from_inputs
+
+    found: list[tuple[int, tuple[str, Any, Any]]] = []
+    for i, (run, d) in enumerate(zip(runs, run_dirs, strict=True)):
+        try:
+            inputs = read_target_inputs(d)
+        except UntimedError as err:
+            log.warning("target answer of %s: %s", run.label, err)
+            continue
+        if inputs is None:
+            continue
+        margins = sorted(r.margin_ns for r in run.records if r.margin_ns)
+        rules = inputs.settings
+        if margins:
+            measured_ms = margins[len(margins) // 2] / 1e6 - rules.publish_margin_ms
+            rules = replace(rules, transport_margin_ms=max(0.0, measured_ms))
+        found.append((i, (run.label, inputs, rules)))
+    out: list[Any] = [None] * len(runs)
+    try:
+        answers = answers_from_inputs([f for _, f in found])
+    except (FloorError, UntimedError) as err:
+        log.warning("target answer: %s", err)
+        return out
+    for (i, _), answer in zip(found, answers, strict=True):
+        out[i] = answer if answer.commands else None
+    return out
+
+
+def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
+    """Return the report's opening section from the simulated answers (Markdown lines)."""
+    from robot_latency.report.target_answer import answer_lines
+
+    have = [a for a in answers if a is not None]
+    where = "; ".join(sorted({f"{a.device_id} with {a.engine_family}" for a in have}))
+    lines = [f"## On {where}", "",
+             "Will the model, at each level, meet its deadline there? The planner loop is "
+             "simulated on the target for the replayed stream: each command's service time is "
+             "the predicted TTFT of its uncached prompt + (its complete plan's tokens - 1) x "
+             "the predicted ITL, with the tokens, the plan and the stop reason from an untimed "
+             "pass of the same model, profile and grammar (nothing of this host's speed). "
+             "The loop's own rules apply: arrivals, queueing or preemption, give-up at the "
+             "deadline less the publish and the measured transport margins. A *receiver miss* "
+             "is a command whose model output is not ready by then (or skipped, superseded); "
+             "*model plans in time* are those in time with a valid plan. Intervals: a Monte "
+             "Carlo over the prediction's error (one systematic draw per run), widened by the "
+             "Wilson 95% interval over commands, not re-plans. Not modelled: the target's own "
+             "loop overhead and other load on it.", ""]
+    lines += answer_lines(have)
+    missing = [i for i, a in enumerate(answers) if a is None]
+    if missing:
+        lines += [f"{len(missing)} level(s) have no untimed pass in their run directory "
+                  "(target.json): not simulated.", ""]
+    if plot is not None:
+        lines += [f"![Predicted receiver miss rate against deadline on the target]"
+                  f"({plot.name})", ""]
+    return lines
+
+
+def with_target_fields(row: Any, answer: Any) -> Any:
+    """Return a comparison row with the simulated answer's fields (``target_pred_*``,
+    ``target_min_deadline_ms``); unchanged without one."""
+    from dataclasses import replace
+
+    if answer is None:
+        return row
+    return replace(row, target_device=answer.device_id,
+                   target_pred_miss_rate=float(answer.miss_rate),
+                   target_pred_miss_interval=[float(v) for v in answer.miss_interval],
+                   target_pred_e2e_p50_ms=answer.e2e_p50_ms,
+                   target_pred_model_in_time_rate=float(answer.model_in_time_rate),
+                   target_min_deadline_ms=answer.min_deadline_ms)

@@ -2,9 +2,11 @@
 
 The loop hands the node one plan envelope per cycle (a dict: ``cycle``, ``command_id``,
 ``source``, ``fallback_reason``, ``plan``, ``deadline_met``, ``cycle_ms``, ``deadline_ms``,
-``margin_ms``). :func:`plan_message` makes the Plan the node publishes on ``planner/plan`` and
-returns as a PlanCommand result; :func:`plan_envelope` reads a received Plan back into the same
-dict, so a receiver (the client edge, the report) reads either form with one code path.
+``margin_ms``; as the topic carries it, :func:`robot_latency.ros.topics.plan_message`: with
+``outcome`` plan or refused). :func:`typed_plan` makes the Plan the node publishes on
+``planner/plan`` and returns as a PlanCommand result; :func:`plan_envelope` reads a received
+Plan back into the same dict, so a receiver (the client edge, the report) reads either form
+with one code path.
 
 ``steps`` is filled when the planner profile's output is the action language (its plans are
 ``{"steps": [{"action", "target", "target_kind", "color", "speed"}, ...]}``); ``plan_json`` always
@@ -46,8 +48,10 @@ def plan_steps(plan: Any) -> list[PlanStep]:
     return out
 
 
-def plan_message(envelope: Mapping[str, Any], *, stamp: Time, contract_kind: str) -> Plan:
-    """Return the Plan for a plan envelope, stamped ``stamp`` (the publish time).
+def typed_plan(envelope: Mapping[str, Any], *, stamp: Time, contract_kind: str) -> Plan:
+    """Return the Plan for a plan envelope as the topic carries it, stamped ``stamp`` (the
+    publish time). A refusal (``outcome: refused``) has no steps and ``plan_json`` null; what
+    refused is in ``refusal_json``.
 
     Args:
         envelope: the loop's plan envelope.
@@ -66,9 +70,13 @@ def plan_message(envelope: Mapping[str, Any], *, stamp: Time, contract_kind: str
         value = envelope.get(name)
         setattr(msg, name, float(value) if isinstance(value, int | float) else 0.0)
     plan = envelope.get("plan")
+    msg.outcome = str(envelope.get("outcome") or "plan")
     if contract_kind == ACTION_LANGUAGE:
         msg.steps = plan_steps(plan)
     msg.plan_json = json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
+    if envelope.get("refusal") is not None:
+        msg.refusal_json = json.dumps(envelope["refusal"], separators=(",", ":"),
+                                      ensure_ascii=False)
     return msg
 
 
@@ -76,7 +84,7 @@ def no_plan(command_id: str, reason: str, *, stamp: Time) -> Plan:
     """The result of a goal that ended without a plan (source ``none``; ``reason``: cancelled,
     superseded, skipped, not_running)."""
     msg = Plan(command_id=command_id, source="none", fallback_reason=reason,
-               plan_json="null", cycle=-1)
+               plan_json="null", cycle=-1, outcome="none")
     msg.header.stamp = stamp
     return msg
 
@@ -88,7 +96,13 @@ def plan_envelope(msg: Plan) -> dict[str, Any]:
         plan: Any = json.loads(msg.plan_json) if msg.plan_json else None
     except ValueError:
         plan = msg.plan_json
-    return {"cycle": msg.cycle if msg.cycle >= 0 else None,
+    out: dict[str, Any] = {"outcome": msg.outcome}
+    if msg.refusal_json:
+        try:
+            out["refusal"] = json.loads(msg.refusal_json)
+        except ValueError:
+            out["refusal"] = msg.refusal_json
+    return {**out, "cycle": msg.cycle if msg.cycle >= 0 else None,
             "command_id": msg.command_id or None, "source": msg.source,
             "fallback_reason": msg.fallback_reason or None, "plan": plan,
             "deadline_met": msg.deadline_met, "cycle_ms": msg.cycle_ms,

@@ -27,8 +27,8 @@ from std_msgs.msg import String
 from robot_latency.planner.config import RunSettings
 from robot_latency.ros.action_server import PlanActionServer
 from robot_latency.ros.driver import PlannerDriver
-from robot_latency.ros.plan_msg import plan_message
-from robot_latency.ros.topics import PLAN_JSON_TOPIC, PLAN_TOPIC
+from robot_latency.ros.plan_msg import typed_plan
+from robot_latency.ros.topics import PLAN_JSON_TOPIC, PLAN_TOPIC, plan_message
 from robot_latency_interfaces.msg import Plan
 
 
@@ -73,8 +73,9 @@ class PlanOutputs:
         """Publish one cycle's plan (the loop's thread) and hand it to its goal, if any."""
         driver = self._driver()
         kind = driver.run.planning.contract.kind if driver is not None else ""
-        msg = plan_message(envelope, stamp=self.node.get_clock().now().to_msg(),
-                           contract_kind=kind)
+        envelope = plan_message(dict(envelope))  # a refusal is its own outcome, never a motion
+        msg = typed_plan(envelope, stamp=self.node.get_clock().now().to_msg(),
+                         contract_kind=kind)
         command_id = envelope.get("command_id")
         # the goal's result first: its executor hand-off runs while the topics are published
         tokens = envelope.get("tokens_out")

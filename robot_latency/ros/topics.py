@@ -9,13 +9,17 @@ Relative names (the root namespace makes them ``/planner/...``); a namespace
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from robot_latency.profiles.actions import is_refusal
 
 #: in: one operator command per message (std_msgs/String; tagged JSON from a client edge).
 COMMAND_TOPIC = "planner/command"
 #: in: robot state text for planner profiles whose prompt has ``{state}``; the latest message
 #: is what the next cycles' prompts carry.
 STATE_TOPIC = "planner/state"
-#: out: the plan, one per cycle (robot_latency_interfaces/msg/Plan).
+#: out: the plan, one per cycle (robot_latency_interfaces/msg/Plan; its ``outcome`` says a
+#: refusal, which is never a motion: :func:`plan_message`).
 PLAN_TOPIC = "planner/plan"
 #: out: the same plan as the JSON envelope (std_msgs/String), what ``planner/plan`` carried
 #: before the typed Plan; kept for one release behind the ``plan_json`` parameter.
@@ -69,3 +73,12 @@ PROBE_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(PLAN_TOPIC, PLAN_TYPE, "sub"),
     Endpoint(ACK_TOPIC, _STRING, "sub"),
 )
+
+
+def plan_message(envelope: dict[str, Any]) -> dict[str, Any]:
+    """Return the envelope as the plan topic carries it: ``outcome`` is ``"plan"`` (a motion
+    plan in ``plan``) or ``"refused"`` (the planner cannot plan this command: ``plan`` is null,
+    never a motion; ``refusal`` holds what refused it)."""
+    if is_refusal(envelope.get("plan")):
+        return {**envelope, "outcome": "refused", "plan": None, "refusal": envelope["plan"]}
+    return {**envelope, "outcome": "plan"}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -14,12 +15,18 @@ class Command:
         text: The command text, kept as recorded (empty or huge strings are the planner's business).
         command_id: Stable id, ``f"{stream_name}:{index}"`` unless the source gave one.
         state: The robot state text recorded with the command (JSONL ``state``), or None.
+        expected: The command's label as recorded (JSONL ``expected``: a plan, possibly partial,
+            or ``"refuse"``), unchecked here: the planner profile's schema checks it
+            (:mod:`robot_latency.profiles.labels`); None when unlabelled.
+        line: The 1-based line it was read from (JSONL), or None.
     """
 
     t_ns: int
     text: str
     command_id: str
     state: str | None = None
+    expected: Any = None
+    line: int | None = field(default=None, compare=False)  # where it was read, not what it is
 
     def __post_init__(self) -> None:
         if isinstance(self.t_ns, bool) or not isinstance(self.t_ns, int):

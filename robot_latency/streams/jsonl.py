@@ -2,7 +2,9 @@
 
 An optional ``"id"`` (str) names the command; without it the id is ``f"{stream}:{index}"``. An
 optional ``"state"`` (str) is the robot state text that goes with the command into the prompt of
-a planner profile whose template has ``{state}``.
+a planner profile whose template has ``{state}``. An optional ``"expected"`` is the command's
+label (a plan in the record's ``plan`` form, possibly partial, or ``"refuse"``), checked against
+the planner profile's schema when a run reads it.
 Blank lines are ignored. Times are made relative to the first command, like bag log times.
 """
 
@@ -12,6 +14,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from robot_latency.streams.command import Command, CommandStream
 from robot_latency.streams.errors import StreamError
@@ -59,7 +62,8 @@ def read_jsonl(
         raise StreamError(f"Could not read JSONL stream {path}: {err.strerror or err}") from err
 
     name = path.stem
-    entries: list[tuple[int, str, str | None]] = []  # (t_ns absolute, text, id)
+    entries: list[tuple[int, str, str | None, str | None, Any, int]] = []
+    # (t_ns absolute, text, id, state, expected, line)
     skipped: list[int] = []
     seen_ids: set[str] = set()
     last_t_ns: int | None = None
@@ -67,7 +71,7 @@ def read_jsonl(
         if not line.strip():
             continue
         try:
-            t_ns, text, command_id, state = _parse_line(line)
+            t_ns, text, command_id, state, expected = _parse_line(line)
             if last_t_ns is not None and t_ns < last_t_ns:
                 raise _BadLine(f"t_ns {t_ns} goes back in time (previous line: {last_t_ns})")
             if command_id is not None and command_id in seen_ids:
@@ -82,13 +86,13 @@ def read_jsonl(
         last_t_ns = t_ns
         if command_id is not None:
             seen_ids.add(command_id)
-        entries.append((t_ns, text, command_id, state))
+        entries.append((t_ns, text, command_id, state, expected, lineno))
 
     start_ns = entries[0][0] if entries else 0
     commands = tuple(
         Command(t_ns=t_ns - start_ns, text=text, command_id=cid or f"{name}:{index}",
-                state=state)
-        for index, (t_ns, text, cid, state) in enumerate(entries)
+                state=state, expected=expected, line=lineno)
+        for index, (t_ns, text, cid, state, expected, lineno) in enumerate(entries)
     )
     if not commands:
         log.warning("JSONL stream %s holds no commands", path)
@@ -97,9 +101,9 @@ def read_jsonl(
     )
 
 
-def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None]:
-    """Parse one non-blank line into (t_ns, text, id or None, state or None); raise _BadLine
-    saying why not."""
+def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None, Any]:
+    """Parse one non-blank line into (t_ns, text, id or None, state or None, expected or None);
+    raise _BadLine saying why not."""
     try:
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -125,7 +129,7 @@ def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None]:
     state = obj.get("state")
     if state is not None and not isinstance(state, str):
         raise _BadLine(f"state must be a string, got {type(state).__name__}")
-    return t_ns, text, command_id, state
+    return t_ns, text, command_id, state, obj.get("expected")
 
 
 def write_jsonl(path: Path | str, commands: Sequence[Command]) -> Path:
@@ -144,7 +148,9 @@ def write_jsonl(path: Path | str, commands: Sequence[Command]) -> Path:
     path = Path(path)
     lines = (
         json.dumps({"t_ns": c.t_ns, "text": c.text, "id": c.command_id,
-                    **({"state": c.state} if c.state is not None else {})}, ensure_ascii=False)
+                    **({"state": c.state} if c.state is not None else {}),
+                    **({"expected": c.expected} if c.expected is not None else {})},
+                   ensure_ascii=False)
         for c in commands
     )
     try:

@@ -76,7 +76,9 @@ def test_target_heldout_exact_match(target, heldout, manifest) -> None:
     assert res.n == N_EVAL
     recorded = manifest["models"]["target"]["heldout_exact_match"]
     print(f"target exact match {res.accuracy:.3f} on {res.n} (manifest: {recorded})")
-    assert res.accuracy >= 0.95
+    # 0.92 on these 200 (0.945 on all 1000) since the planner learned to refuse: the fine-tune
+    # that taught <refuse> cost about a point and a half of held-out exact match (0.959 before)
+    assert res.accuracy >= 0.9
     assert res.parsed == res.n
 
 

@@ -11,7 +11,7 @@ from robot_latency.models.corpus import (
     heldout_keys,
     normalize_command,
 )
-from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, parse_actions
+from robot_latency.profiles.actions import COLORS, LOCATIONS, OBJECTS, Step, parse_actions
 
 SMALL = CorpusConfig(seed=7, n_train=3000, n_heldout=300)
 
@@ -64,3 +64,20 @@ def test_plans_parse_and_words_are_in_grammar(corpus) -> None:
 
 def test_normalize() -> None:
     assert normalize_command("  Pick up the RED cup, please!  ") == "pick up the red cup please"
+
+
+def test_out_of_domain_commands_are_refused_and_held_out(corpus) -> None:
+    words = set(grammar_words())
+    assert len(corpus.refuse_train) == SMALL.n_refuse_train
+    assert len(corpus.refuse_heldout) == SMALL.n_refuse_heldout
+    train = {c.text for c in corpus.refuse_train}
+    held = {c.text for c in corpus.refuse_heldout}
+    assert not train & held
+    assert not (train | held) & {c.text for c in corpus.train + corpus.heldout}
+    for c in corpus.refuse_train + corpus.refuse_heldout:
+        assert c.plan_text == "<refuse>" and parse_actions(c.plan_text) == [Step("refuse")]
+        assert not set(c.text.split()) <= words  # an unknown word in every one
+        assert normalize_command(c.text) == c.text
+    # The issue's own examples are held out, never trained on.
+    assert {"what's your battery level", "dance for me", "go hom"} <= held
+    assert not any(t.endswith(("dance for me", "battery level", "go hom")) for t in train)

@@ -18,6 +18,7 @@ from robot_latency.profiles.actions import (
     PlanParseError,
     expand_to_plan,
     instruct_plan_schema,
+    is_refusal,
     parse_actions,
 )
 from robot_latency.profiles.normalize import normalize_command
@@ -119,8 +120,13 @@ def test_rule_fallback_of_a_json_profile_gives_only_schema_valid_plans() -> None
                          "then go to the garage") is None
     chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule, hold_max_age_ms=1000.0,
                           stop_plan=planning.stop_plan)
+    # A command it reads no step in is refused, in the profile's schema, not guessed.
     policy, plan = chain.answer(FallbackContext(command="what is the weather", now_ns=0))
-    assert policy == "stop"
+    assert policy == "rule" and is_refusal(plan)
+    planning.contract.validate(plan)
+    # Nothing to read at all: hold answers a new command with its stop-and-wait, no guess.
+    policy, plan = chain.answer(FallbackContext(command="", now_ns=0))
+    assert policy == "hold" and plan["steps"][0]["action"] == "wait"
     planning.contract.validate(plan)
 
 
@@ -163,7 +169,9 @@ def test_without_a_rule_planner_the_chain_is_hold_then_stop(tmp_path: Path) -> N
     chain = FallbackChain(("rule", "hold", "stop"), rule=planning.rule, hold_max_age_ms=1000.0,
                           stop_plan=planning.stop_plan)
     assert chain.names == ("hold", "stop") and chain.dropped == ("rule",)
-    assert chain.answer(FallbackContext(command="stop", now_ns=0)) == ("stop", {"verb": "halt"})
+    # hold's stop-and-wait for a new command is, in a profile of its own, the stop plan
+    assert chain.answer(FallbackContext(command="stop", now_ns=0)) == ("hold", {"verb": "halt"})
+    assert chain.answer(FallbackContext(command=None, now_ns=0)) == ("stop", {"verb": "halt"})
 
 
 def test_bundled_rule_is_refused_when_its_plans_break_the_users_schema(tmp_path: Path) -> None:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from robot_latency.profiles.actions import expand_to_plan, steps_to_tokens, validate_plan
-from robot_latency.profiles.rules import rule_plan
+from robot_latency.profiles.actions import (
+    REFUSE_ACTION,
+    Step,
+    expand_to_plan,
+    is_refusal,
+    steps_to_tokens,
+    validate_plan,
+)
+from robot_latency.profiles.rules import rule_plan, rule_plan_json
 
 
 @pytest.mark.parametrize(("command", "tokens"), [
@@ -35,8 +42,20 @@ def test_reads_commands(command: str, tokens: str) -> None:
     validate_plan(expand_to_plan(steps))  # always a valid plan
 
 
-@pytest.mark.parametrize("command", ["", "   ", "hello there", "pick it up", "go over there",
-                                     "\x00\x01", "1234 5678", "can you help me",
-                                     "find a scan of the cupboard"])
-def test_does_not_guess(command: str) -> None:
+@pytest.mark.parametrize("command", ["", "   ", "\x00\x01", "1234 5678"])
+def test_no_words_no_plan(command: str) -> None:
     assert rule_plan(command) is None
+
+
+@pytest.mark.parametrize("command", ["hello there", "pick it up", "go over there",
+                                     "can you help me", "find a scan of the cupboard",
+                                     "What's your battery level?", "Dance for me", "go hom"])
+def test_refuses_what_it_cannot_read(command: str) -> None:
+    # Never guessed into a motion: a refusal, the one-step plan of its own.
+    assert rule_plan(command) == [Step(REFUSE_ACTION)]
+    assert is_refusal(rule_plan_json(command))
+    assert "".join(steps_to_tokens(rule_plan(command))) == "<refuse><end>"
+
+
+def test_come_here_goes_to_the_operator() -> None:
+    assert rule_plan("come here please") == [Step("goto", "operator")]

@@ -188,6 +188,19 @@ def test_one_plan_per_cycle_with_the_envelope(probe: Probe) -> None:
     assert rec["ttft_ms"] is not None and rec["deadline_ms"] == 80.0
 
 
+def test_a_refusal_is_published_as_its_own_outcome_never_a_motion(probe: Probe) -> None:
+    seen = _command_ids(probe)
+    probe.send("what time is it")  # nothing the robot can do: the planner refuses
+    rec = probe.wait_for(lambda: _new_record(probe, seen), 60, "a cycle for the question")
+    assert rec["plan"]["steps"][0]["action"] == "refuse"
+    plan = probe.wait_for(lambda: next((p for p in probe.snapshot("plans")
+                                        if p["cycle"] == rec["cycle"]), None), 30, "its plan")
+    assert plan["outcome"] == "refused" and plan["plan"] is None
+    assert plan["refusal"] == rec["plan"] and plan["command_id"] == rec["command_id"]
+    assert all(p["outcome"] == "plan" and p["plan"] for p in probe.snapshot("plans")
+               if p["command_id"] != rec["command_id"] and p["command_id"] is not None)
+
+
 def test_diagnostics_have_levels(probe: Probe) -> None:
     def planner_status() -> dict[str, Any] | None:
         for array in probe.snapshot("diagnostics"):

@@ -1,0 +1,177 @@
+"""What the target's answer is built from, gathered once for every front end.
+
+- :func:`predictor_for`: the step predictor for a model on a device under an engine family, with
+  ``predict``'s corrections. ``predict --stream``, the records (``PlannerRun``) and the report all
+  build it here, so they predict the same milliseconds from the same inputs.
+- :func:`model_preset`: the preset a model is (a preset id, or a ladder file inflated from one),
+  for the per-model correction.
+- :class:`TargetInputs` and ``target.json`` in a run directory: the untimed pass, the stream's
+  commands and replay speed, and the prediction's settings, written beside the timed run (the
+  demo does) so the report can simulate the loop on the target from the run directory alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from robot_latency.floor.devices import get_device
+from robot_latency.floor.modelinfo import resolve_model
+from robot_latency.floor.steps import StepPredictor, step_predictor
+from robot_latency.floor.target import resolve_calibration
+from robot_latency.models.ladder import INFLATED_PREFIX
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.untimed import UntimedError, UntimedPass, run_untimed
+from robot_latency.streams import Command, CommandStream
+
+#: The file a run directory keeps the target's inputs in.
+TARGET_FILE = "target.json"
+
+
+def model_preset(model: str | None) -> str | None:
+    """Return the preset id ``model`` is: itself for a preset id, the source preset of a ladder
+    file inflated from one (``planner-inflated-qwen2.5-0.5b.Q8_0.gguf``), else None."""
+    if model is None:
+        return None
+    name = Path(model).name
+    if name.startswith(INFLATED_PREFIX):
+        return name[len(INFLATED_PREFIX):].split(".gguf")[0].rsplit(".", 1)[0]
+    return None if Path(model).exists() else model
+
+
+def predictor_for(model: str, device_id: str, engine_family: str, *, quant: str | None = None,
+                  calibration: str | None = None) -> StepPredictor:
+    """Return the step predictor of ``model`` (a GGUF path or a preset id) on ``device_id``.
+
+    Memoized per process by the file's size and modification time: reading a GGUF's metadata
+    parses its whole vocabulary (about a minute for a 151,936-token one on a loaded 2-core
+    host), and the report asks once for the comparison and once for its text.
+
+    Raises:
+        FloorError: an unknown device, model or family, or a family the table cannot calibrate.
+    """
+    stat = Path(model).stat() if Path(model).is_file() else None
+    return _predictor_for(model, device_id, engine_family, quant, calibration,
+                          None if stat is None else (stat.st_size, stat.st_mtime_ns))
+
+
+@lru_cache(maxsize=32)
+def _predictor_for(model: str, device_id: str, engine_family: str, quant: str | None,
+                   calibration: str | None, _version: tuple[int, int] | None) -> StepPredictor:
+    device = get_device(device_id)
+    facts = resolve_model(model, quant=None if Path(model).is_file() else quant)
+    cal = resolve_calibration(engine_family, device, calibration=calibration or None)
+    return step_predictor(facts, device, cal, spec=model, model_id=model_preset(model))
+
+
+@dataclass(frozen=True)
+class TargetInputs:
+    """A level's inputs to the target's answer, as kept in a run directory."""
+
+    untimed: UntimedPass
+    stream: CommandStream
+    speed: float
+    model: str
+    quant: str | None
+    device_id: str
+    engine_family: str
+    calibration: str | None
+    settings: RunSettings  # the loop's rules (its loop fields; the manifest's ``config``)
+
+    def predictor(self) -> StepPredictor:
+        return predictor_for(self.model, self.device_id, self.engine_family, quant=self.quant,
+                             calibration=self.calibration)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"untimed": self.untimed.to_dict(), "speed": self.speed, "model": self.model,
+                "quant": self.quant, "device_id": self.device_id,
+                "engine_family": self.engine_family, "calibration": self.calibration,
+                "loop": self.settings.loop_config(),
+                "stream": {"name": self.stream.name, "source": self.stream.source,
+                           "commands": [[c.t_ns, c.text, c.command_id, c.state]
+                                        for c in self.stream.commands]}}
+
+
+def untimed_cache_dir() -> Path:
+    """Where untimed passes are cached by content hash (beside the model cache)."""
+    from robot_latency.models.ladder import default_cache_dir
+
+    return default_cache_dir().parent / "untimed"
+
+
+def untimed_inputs(settings: RunSettings, stream: CommandStream, *, speed: float = 1.0,
+                   cache_dir: str | os.PathLike[str] | None = None,
+                   use_cache: bool = True) -> TargetInputs:
+    """Resolve ``settings``, run (or load from the cache) its untimed pass of ``stream``, and
+    return the level's inputs to the target's answer: the one builder ``predict --stream`` and
+    the demo use. ``cache_dir`` None: :func:`untimed_cache_dir`; ``use_cache`` False: run the
+    pass, read and write no cache.
+
+    Raises:
+        SettingsError: settings that cannot be resolved (``name`` is the field).
+        UntimedError: the engine failed on a command, or no model to predict.
+    """
+    from robot_latency.planner.resolve import resolve_run
+
+    run, _ = resolve_run(settings)
+    model = run.engine_options.get("model_path") or run.model
+    if model is None:
+        raise UntimedError(f"engine {settings.engine}: no model to predict")
+    where = None if not use_cache else untimed_cache_dir() if cache_dir is None else cache_dir
+    untimed = run_untimed(run, stream, cache_dir=where)
+    return TargetInputs(untimed=untimed, stream=stream, speed=speed, model=str(model),
+                        quant=run.quant, device_id=settings.target_device,
+                        engine_family=settings.engine_family or "llamacpp-cuda",
+                        calibration=settings.calibration or None,
+                        settings=settings)
+
+
+def write_target_inputs(inputs: TargetInputs, run_dir: str | os.PathLike[str]) -> Path:
+    """Write ``target.json`` into ``run_dir``."""
+    path = Path(run_dir) / TARGET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(inputs.to_dict(), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def _loop_settings(loop: dict[str, Any], path: Path) -> RunSettings:
+    from robot_latency.planner.config import LOOP_FIELDS, SettingsError
+
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in loop.items()
+              if k in LOOP_FIELDS}
+    try:
+        return RunSettings(**values)
+    except SettingsError as err:
+        raise UntimedError(f"{path}: loop.{err.name}: {err.message}") from err
+
+
+def read_target_inputs(run_dir: str | os.PathLike[str]) -> TargetInputs | None:
+    """Read ``target.json`` of a run directory; None where there is none.
+
+    Raises:
+        UntimedError: the file is there but broken (names the file and the field).
+    """
+    path = Path(run_dir) / TARGET_FILE
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        s = d["stream"]
+        stream = CommandStream(name=str(s["name"]), source=str(s["source"]), topic=None,
+                               commands=tuple(Command(int(t), str(text), str(cid), state)
+                                              for t, text, cid, state in s["commands"]))
+        return TargetInputs(
+            untimed=UntimedPass.from_dict(d["untimed"], where=str(path)), stream=stream,
+            speed=float(d["speed"]), model=str(d["model"]), quant=d.get("quant"),
+            device_id=str(d["device_id"]), engine_family=str(d["engine_family"]),
+            calibration=d.get("calibration"), settings=_loop_settings(d["loop"], path))
+    except UntimedError:
+        raise
+    except KeyError as err:
+        raise UntimedError(f"{path}: missing field {err.args[0]!r}") from err
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as err:
+        raise UntimedError(f"{path}: cannot read the target's inputs: {err!r}") from err

@@ -1,0 +1,165 @@
+"""The target's answer, simulated (:mod:`robot_latency.planner.target_sim`), as text and a plot.
+
+One rendering for ``robot-latency predict --stream`` and the report's first section: per level
+the predicted receiver miss rate with its interval, the model plans in time, e2e p50/p99 and the
+smallest deadline held at the stated miss rate; the deadline curve as a table and a plot; one line
+per level on what the answer rests on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.target_inputs import TargetInputs
+from robot_latency.planner.target_sim import (
+    DEFAULT_DRAWS,
+    DEFAULT_MISS_TARGET,
+    TargetAnswer,
+    deadline_grid,
+    sim_commands,
+    target_answer,
+)
+from robot_latency.report.table import markdown_lines
+
+log = logging.getLogger(__name__)
+
+#: The deadline-curve plot's file name in the report.
+CURVE_PLOT = "target_deadline_curve.png"
+
+
+def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
+                        draws: int = DEFAULT_DRAWS,
+                        miss_target: float = DEFAULT_MISS_TARGET) -> list[TargetAnswer]:
+    """Simulate each level from its inputs, on one deadline grid for the curve.
+
+    Args:
+        levels: (label, inputs, settings) per level; settings None: the inputs' own (give
+            the measured transport margin as a fixed one there).
+        draws: Monte Carlo draws.
+        miss_target: the miss rate the smallest held deadline is stated at.
+    """
+    prepared = []
+    for label, inputs, rules in levels:
+        steps = inputs.predictor()
+        cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
+        prepared.append((label, inputs, rules or inputs.settings, steps, cmds))
+    if not prepared:
+        return []
+    grid = deadline_grid([c for *_, cmds in prepared for c in cmds], prepared[0][2])
+    return [target_answer(label, cmds, steps, rules, draws=draws, miss_target=miss_target,
+                          grid=grid, rests_on={"untimed_pass": inputs.untimed.key[:12]})
+            for label, inputs, rules, steps, cmds in prepared]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _iv(iv: Sequence[float]) -> str:
+    return f"[{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
+
+
+def answer_table(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Markdown lines: one row per level."""
+    target = answers[0].miss_target if answers else DEFAULT_MISS_TARGET
+    rows = [[a.label.replace("|", "\\|"), str(a.commands) + (f" (+{a.refused} refused)"
+                                                              if a.refused else ""),
+             f"{_pct(a.miss_rate)} {_iv(a.miss_interval)}",
+             f"{_pct(a.model_in_time_rate)} {_iv(a.model_in_time_interval)}",
+             "-" if a.e2e_p50_ms is None else f"{a.e2e_p50_ms:.1f} / {a.e2e_p99_ms:.1f}",
+             f"{a.deadline_ms:g} (margins {a.margin_ms:g})",
+             "-" if a.min_deadline_ms is None else f"{a.min_deadline_ms:g}"]
+            for a in answers]
+    header = ["level", "commands", "predicted receiver miss [95%]",
+              "model plans in time [95%]", "predicted e2e p50 / p99 ms", "deadline ms",
+              f"smallest deadline held at {100 * target:g}% ms"]
+    return markdown_lines(header, rows, aligned=False)
+
+
+def curve_table(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Markdown lines: predicted receiver miss rate against deadline, one column per level."""
+    grid = sorted({d for a in answers for d, *_ in a.curve})
+    if not grid:
+        return []
+    cells = {a.label: {d: (r, lo, hi) for d, r, lo, hi in a.curve} for a in answers}
+    rows = []
+    for d in grid:
+        row = [f"{d:g}"]
+        for a in answers:
+            v = cells[a.label].get(d)
+            row.append("-" if v is None else f"{_pct(v[0])} {_iv(v[1:])}")
+        rows.append(row)
+    return markdown_lines(["deadline ms", *(a.label for a in answers)], rows, aligned=False)
+
+
+def rests_on(a: TargetAnswer) -> str:
+    """One line: the calibration and its sources, the validation, the prefill's state."""
+    r = a.rests_on
+    basis = list(r.get("basis") or [])
+    shown = ", ".join(basis[:4]) + (f" and {len(basis) - 4} more" if len(basis) > 4 else "")
+    loso = r.get("leave_one_source_out")
+    loso_text = (f"leave-one-source-out median error {100 * loso:.1f}%" if loso is not None
+                 else "leave-one-source-out error not measured")
+    prefill = "prefill calibrated (its error drawn too)" if r.get("prefill_calibrated") else \
+        f"prefill uncalibrated ({r.get('prefill')}; its error is not drawn)"
+    aside = list(r.get("set_aside") or [])
+    if aside:
+        shown += f"; set aside: {', '.join(aside)}"
+    return (f"{a.label}: {r.get('engine_family')} on {r.get('device_id')}, {r.get('source')} "
+            f"({r.get('scope')} scope; {shown or 'no rows'}); {loso_text}; {prefill}; "
+            f"{a.draws} draws; untimed pass {r.get('untimed_pass', '-')}.")
+
+
+def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list[str]:
+    """The whole answer as Markdown lines: table, what it rests on, and the curve."""
+    lines = [*answer_table(answers), "", "What each level's answer rests on:", ""]
+    lines += [f"- {rests_on(a)}" for a in answers]
+    notes = [f"- {n}" for a in answers for n in a.rests_on.get("notes", [])]
+    if notes:
+        lines += ["", "Notes of the prediction:", "", *sorted(set(notes))]
+    if curve:
+        table = curve_table(answers)
+        if table:
+            lines += ["", "Deadline curve (predicted receiver miss rate [95%] at each deadline, "
+                      "the same margins):", "", *table]
+    return [*lines, ""]
+
+
+def plot_deadline_curve(answers: Sequence[TargetAnswer],
+                        path: str | os.PathLike[str]) -> Path | None:
+    """Plot each level's predicted receiver miss rate against the deadline, with its interval
+    band, and the stated miss rate; None without data."""
+    if not any(a.curve for a in answers):
+        log.info("deadline curve: nothing to plot")
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    for a in answers:
+        if not a.curve:
+            continue
+        d = [c[0] for c in a.curve]
+        line, = ax.plot(d, [100 * c[1] for c in a.curve], marker=".", label=a.label)
+        ax.fill_between(d, [100 * c[2] for c in a.curve], [100 * c[3] for c in a.curve],
+                        color=line.get_color(), alpha=0.15)
+        if a.min_deadline_ms is not None:
+            ax.axvline(a.min_deadline_ms, color=line.get_color(), ls=":", lw=1)
+    target = answers[0].miss_target
+    ax.axhline(100 * target, color="tab:red", lw=1, ls="--",
+               label=f"{100 * target:g}% miss")
+    ax.set_xlabel("deadline (ms)")
+    ax.set_ylabel("predicted receiver miss rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"On {answers[0].device_id} with {answers[0].engine_family}: miss rate "
+                 "against deadline", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, framealpha=0.9)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
+    return p

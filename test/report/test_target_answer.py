@@ -1,0 +1,109 @@
+"""The report's first section and comparison.json from the loop simulated on the target, and one
+code path: ``predict --stream``, the report and the records agree on the same inputs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from robot_latency.cli import main
+from robot_latency.clock import ScriptedClock
+from robot_latency.planner.config import RunSettings
+from robot_latency.planner.lifecycle import PlannerRun
+from robot_latency.planner.replay import replay
+from robot_latency.planner.resolve import resolve_run
+from robot_latency.planner.target_inputs import TARGET_FILE, untimed_inputs, write_target_inputs
+from robot_latency.records import read_records
+from robot_latency.report.markdown import write_report
+from robot_latency.report.rundir import load_run
+from robot_latency.report.target import simulated_answers
+from robot_latency.streams import SHIPPED_DIR, read_stream, write_jsonl
+
+DEADLINE_MS = 400.0
+
+
+@pytest.fixture()
+def stream_file(tmp_path: Path) -> Path:
+    full = read_stream(SHIPPED_DIR / "steady_operator")
+    return write_jsonl(tmp_path / "stream.jsonl", list(full.commands[:12]))
+
+
+def _run(tmp_path: Path, stream_file: Path, quant: str) -> Path:
+    """A timed replay, sim engine on a fast host (every plan completes), and its target.json."""
+    stream = read_stream(stream_file)
+    settings = RunSettings(log_dir=tmp_path / quant, engine="sim", runner="inline",
+                           engine_options={"device": "orin-agx-64gb", "jitter_sigma": 0.0},
+                           model="qwen2.5-0.5b", quant=quant, target_device="orin-nano-8gb",
+                           mode="event", deadline_ms=DEADLINE_MS, label=quant)
+    cfg, _ = resolve_run(settings)
+    with PlannerRun(cfg, publish=lambda e: None, clock=ScriptedClock(start_ns=10**9)) as run:
+        replay(run.loop, stream)
+        run.close()
+    write_target_inputs(untimed_inputs(settings, stream, cache_dir=tmp_path / "cache"),
+                        tmp_path / quant)
+    return tmp_path / quant
+
+
+def test_predict_the_report_and_the_records_agree(tmp_path: Path, stream_file: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cli-cache"))
+    run_dir = _run(tmp_path, stream_file, "Q4_0")
+    report, = simulated_answers([load_run(run_dir)], [run_dir])
+    assert main(["predict", "--stream", str(stream_file), "--engine", "sim", "--model",
+                 "qwen2.5-0.5b", "--quants", "Q4_0", "--device", "orin-nano-8gb",
+                 "--deadline-ms", f"{DEADLINE_MS:g}", "--mode", "event", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)["levels"][0]
+    assert cli["e2e_ms"] == pytest.approx(list(report.e2e_ms), abs=0.1)
+    assert cli["miss_rate"] == report.miss_rate
+    # the records: each complete cycle's own target prediction, same tokens, same corrections
+    # (commands arrive far apart: no queueing on the target, e2e is the service time)
+    recs = {r.command_id: r for r in read_records(run_dir / "cycles.jsonl")}
+    own = [recs[c.command_id].target_e2e_pred_ms for c in read_stream(stream_file).commands]
+    assert own == pytest.approx(list(report.e2e_ms), abs=0.1)
+
+
+def test_report_opens_with_the_simulated_answer(tmp_path: Path, stream_file: Path) -> None:
+    dirs = [_run(tmp_path, stream_file, q) for q in ("Q8_0", "Q4_0")]
+    path = write_report(dirs, tmp_path / "report")
+    text = path.read_text()
+    first = text.split("## Comparison")[0]
+    assert "## On orin-nano-8gb with llamacpp-cuda" in first
+    assert "predicted receiver miss" in first and "model plans in time" in first
+    assert "smallest deadline held at 5%" in first
+    assert "leave-one-source-out error not measured" in first
+    assert "prefill uncalibrated" in first  # the table has no prefill rows for this family
+    assert "Deadline curve" in first
+    assert (tmp_path / "report" / "target_deadline_curve.png").is_file()
+    rows = json.loads((tmp_path / "report" / "comparison.json").read_text())["rows"]
+    for row in rows:
+        assert row["target_device"] == "orin-nano-8gb"
+        lo, hi = row["target_pred_miss_interval"]
+        assert lo <= row["target_pred_miss_rate"] <= hi
+        assert 0 <= row["target_pred_model_in_time_rate"] <= 1
+        assert row["target_pred_e2e_p50_ms"] > 0 and row["target_min_deadline_ms"] > 0
+    by = {r["label"]: r for r in rows}
+    assert by["Q8_0"]["target_pred_e2e_p50_ms"] > by["Q4_0"]["target_pred_e2e_p50_ms"]
+
+
+def test_a_broken_target_file_leaves_the_report_whole(tmp_path: Path, stream_file: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    run_dir = _run(tmp_path, stream_file, "Q4_0")
+    (run_dir / TARGET_FILE).write_text("{\"untimed\": 3}")
+    text = write_report([run_dir], tmp_path / "report").read_text()
+    assert f"{TARGET_FILE}: missing field 'stream'" in caplog.text
+    assert "No untimed pass in these run directories" in text  # the per-record section
+    rows = json.loads((tmp_path / "report" / "comparison.json").read_text())["rows"]
+    assert rows[0]["target_pred_miss_rate"] is None
+
+
+def test_measured_transport_margin_is_taken_from_the_records(tmp_path: Path,
+                                                             stream_file: Path) -> None:
+    run_dir = _run(tmp_path, stream_file, "Q4_0")
+    run = load_run(run_dir)
+    wide = run._replace(records=[replace(r, margin_ns=52_000_000) for r in run.records])
+    a, = simulated_answers([wide], [run_dir])
+    assert a.margin_ms == pytest.approx(52.0)

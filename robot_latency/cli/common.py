@@ -130,5 +130,7 @@ def check_quant_flags(args: argparse.Namespace) -> None:
             continue
         if dest in ("quant", "draft_quant"):
             setattr(args, dest, quant_level(value, flag=flag))
-            continue
-        setattr(args, dest, ",".join(quant_level(q, flag=flag) for q in split_list(value)))
+        elif isinstance(value, list):  # nargs="+" (predict --stream's --quants)
+            setattr(args, dest, [quant_level(q, flag=flag) for q in value])
+        else:  # comma-separated (sweep's --quants)
+            setattr(args, dest, ",".join(quant_level(q, flag=flag) for q in split_list(value)))

@@ -86,7 +86,7 @@ from robot_latency.report.rundir import (
     target_itl_floor_ms,
     target_prediction,
 )
-from robot_latency.report.table import fmt, markdown_table, rate_ci
+from robot_latency.report.table import fmt, human_bytes, markdown_table, rate_ci
 from robot_latency.report.target import simulated_answers, with_target_fields
 from robot_latency.stats import distribution, speculative_summary, wilson_interval
 
@@ -157,18 +157,6 @@ class ComparisonRow:
 
 #: The stable column names, in order.
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ComparisonRow))
-
-
-def human_bytes(n: int | None) -> str | None:
-    """Return a byte count in binary units (``"4.1 GiB"``), or None."""
-    if n is None:
-        return None
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def _first_outcomes(records: Sequence[CycleRecord]) -> dict[str, Any]:

@@ -52,3 +52,15 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
                    aligned: bool = True) -> str:
     """Render ``rows`` under ``headers`` as a Markdown table (:func:`markdown_lines`, joined)."""
     return "\n".join(markdown_lines(headers, rows, aligned=aligned))
+
+
+def human_bytes(n: int | None) -> str | None:
+    """Return a byte count in binary units (``"4.1 GiB"``), or None."""
+    if n is None:
+        return None
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

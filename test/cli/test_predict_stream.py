@@ -32,7 +32,7 @@ def test_answers_per_level_with_the_curve_and_its_plot(tmp_path: Path,
     assert out.startswith("On orin-nano-8gb with llamacpp-cuda: s (10 commands")
     assert "| Q8_0 | 10 |" in out and "| Q4_0 | 10 |" in out
     assert "smallest deadline held at 5% ms" in out and "Deadline curve" in out
-    assert "prefill uncalibrated" in out and "leave-one-source-out error not measured" in out
+    assert "prefill calibrated" in out and "leave-one-source-out median error" in out
     assert plot.is_file() and plot.stat().st_size > 0
     # the pass is cached by content hash: a second answer runs no engine and says the same
     assert len(list((tmp_path / "cache" / "untimed").glob("*.json"))) == 2

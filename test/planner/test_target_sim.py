@@ -113,7 +113,10 @@ def test_min_deadline_is_where_the_point_rate_drops_to_the_target() -> None:
 
 
 def test_interval_holds_the_point_and_the_curve_falls() -> None:
-    stream = read_stream(SHIPPED_DIR / "steady_operator")
+    shipped = read_stream(SHIPPED_DIR / "steady_operator")
+    # The shipped commands 1 s apart: no command waits for another, so the curve only falls.
+    stream = replace(shipped, commands=tuple(replace(c, t_ns=i * 3 * 10**9)
+                                             for i, c in enumerate(shipped.commands)))
     inputs = untimed_inputs(RunSettings(log_dir=Path("x"), engine="sim", model="qwen2.5-0.5b",
                                         quant="Q4_0", mode="event", deadline_ms=80.0),
                             stream, speed=3.0, use_cache=False)

@@ -28,7 +28,9 @@ DEADLINE_MS = 400.0
 @pytest.fixture()
 def stream_file(tmp_path: Path) -> Path:
     full = read_stream(SHIPPED_DIR / "steady_operator")
-    return write_jsonl(tmp_path / "stream.jsonl", list(full.commands[:12]))
+    # 2 s apart: no command waits for another on the target, so e2e is the service time
+    spaced = [replace(c, t_ns=i * 2 * 10**9) for i, c in enumerate(full.commands[:12])]
+    return write_jsonl(tmp_path / "stream.jsonl", spaced)
 
 
 def _run(tmp_path: Path, stream_file: Path, quant: str) -> Path:
@@ -74,8 +76,9 @@ def test_report_opens_with_the_simulated_answer(tmp_path: Path, stream_file: Pat
     assert "## On orin-nano-8gb with llamacpp-cuda" in first
     assert "predicted receiver miss" in first and "model plans in time" in first
     assert "smallest deadline held at 5%" in first
-    assert "leave-one-source-out error not measured" in first
-    assert "prefill uncalibrated" in first  # the table has no prefill rows for this family
+    # llamacpp-cuda has published prefill rows and a leave-one-source-out validation
+    assert "leave-one-source-out median error" in first
+    assert "prefill calibrated" in first and "prefill uncalibrated" not in first
     assert "Deadline curve" in first
     assert (tmp_path / "report" / "target_deadline_curve.png").is_file()
     rows = json.loads((tmp_path / "report" / "comparison.json").read_text())["rows"]

@@ -179,6 +179,42 @@ jazzy: $(JAZZY_STAMP)
 		assert f.ros_distro == 'jazzy', f; print('ROS 2', f.ros_distro, 'rclpy', f.rclpy_version)"
 	$(JAZZY_PY) -m pytest -q -p no:cacheprovider $(JAZZY_TESTS)
 
+# The typed interfaces (robot_latency_interfaces: Plan, PlanStep, the PlanCommand action), built
+# with cmake from the venv's rosidl wheels (requirements/ros.txt; Jazzy's in ros-jazzy.txt) and
+# installed into the venv's own prefix, where those wheels put theirs (share/, lib/, the Python
+# modules in site-packages): importable from the venv with nothing to source. Once per venv and
+# source change (a stamp); the build folder stays in the venv for the next rebuild. With a
+# sourced ROS 2 (a Jetson's Humble) the same cmake build finds apt's rosidl instead.
+IFACES := robot_latency_interfaces
+IFACES_SRC := $(IFACES)/CMakeLists.txt $(IFACES)/package.xml $(wildcard $(IFACES)/msg/*.msg \
+	$(IFACES)/action/*.action)
+IFACES_STAMP := $(VENV)/.robot_latency_interfaces-installed
+JAZZY_IFACES_STAMP := $(JAZZY_VENV)/.robot_latency_interfaces-installed
+# $(call build_interfaces,VENV): configure, build, install into VENV, import once.
+define build_interfaces
+	@echo "building $(IFACES) into $(1)"
+	env AMENT_PREFIX_PATH="$(abspath $(1))$${AMENT_PREFIX_PATH:+:$$AMENT_PREFIX_PATH}" \
+		CMAKE_PREFIX_PATH="$(abspath $(1))$${CMAKE_PREFIX_PATH:+:$$CMAKE_PREFIX_PATH}" \
+		PATH="$(abspath $(1))/bin:$$PATH" cmake -S $(IFACES) -B $(1)/.build/$(IFACES) \
+		-DCMAKE_INSTALL_PREFIX="$(abspath $(1))" -DPython3_EXECUTABLE="$(abspath $(1))/bin/python" \
+		-DBUILD_TESTING=OFF --log-level=WARNING >/dev/null
+	env PATH="$(abspath $(1))/bin:$$PATH" cmake --build $(1)/.build/$(IFACES) -j >/dev/null
+	cmake --install $(1)/.build/$(IFACES) >/dev/null
+	$(1)/bin/python -c "import robot_latency_interfaces.action, robot_latency_interfaces.msg"
+	@touch $(1)/.robot_latency_interfaces-installed
+endef
+
+$(IFACES_STAMP): $(STAMP) $(IFACES_SRC)
+	$(call build_interfaces,$(VENV))
+
+$(JAZZY_IFACES_STAMP): $(JAZZY_STAMP) $(IFACES_SRC)
+	$(call build_interfaces,$(JAZZY_VENV))
+
+# make install, test and demo build the interfaces too (here, not in $(STAMP)'s recipe: a change
+# to a .msg rebuilds them alone).
+install test demo: $(IFACES_STAMP)
+jazzy: $(JAZZY_IFACES_STAMP)
+
 bench: $(STAMP)
 	@echo "see docs/BENCHMARKS.md for each benchmark's command"
 

@@ -92,9 +92,11 @@ setup(
     entry_points={
         "console_scripts": [
             "robot-latency = robot_latency.cli:main",
-            "planner_node = robot_latency.ros.planner_node:main",
-            "managed_planner_node = robot_latency.ros.managed_planner_node:main",
-            "bag_replayer = robot_latency.ros.bag_replayer:main",
+            # robot_latency.ros.entry: one line naming what is missing (ROS 2, the interface
+            # package) where a plain pip install has no ROS, instead of a traceback
+            "planner_node = robot_latency.ros.entry:planner_node",
+            "managed_planner_node = robot_latency.ros.entry:managed_planner_node",
+            "bag_replayer = robot_latency.ros.entry:bag_replayer",
         ],
     },
 )

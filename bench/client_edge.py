@@ -9,6 +9,8 @@ the worst gap between plans. Node configurations (``--nodes``):
     planner           planner_node, event mode, deadline, fallback, on_new_command=queue, the
                       default CPU budget (loop not pinned, engine niced on every core)
     planner-preempt   the same with on_new_command=preempt
+    planner-action    planner, each command sent as a planner/plan_command goal (the PlanCommand
+                      action) instead of on the topic; its result is the plan received
     naive             bench/naive_node.py (rclpy + create_completion per command, no deadline,
                       no fallback) at its best settings: prefill on every core, the grammar
     naive-nogrammar   the same without the grammar
@@ -20,6 +22,8 @@ the median over the repeats, with n.
     python bench/client_edge.py --repeats 3 --out docs/bench/client_edge.json
     python bench/client_edge.py --nodes planner,planner-preempt --stream bursty_operator \\
         --repeats 3 --out docs/bench/on_new_command_bursty.json
+    python bench/client_edge.py --nodes planner,planner-action --quants Q4_0 --repeats 3 \\
+        --out docs/bench/action_vs_topic.json
 """
 
 from __future__ import annotations
@@ -53,8 +57,8 @@ from robot_latency.report.client import compare_edges, read_client_log, read_cli
 from robot_latency.streams import SHIPPED_DIR, read_stream, write_jsonl
 
 NAIVE = Path(__file__).resolve().parent / "naive_node.py"
-NODES = ("planner", "planner-preempt", "naive", "naive-nogrammar")
-KEYS = ("commands", "answered", "answered_late", "superseded", "unanswered",
+NODES = ("planner", "planner-preempt", "planner-action", "naive", "naive-nogrammar")
+KEYS = ("via", "commands", "answered", "answered_late", "superseded", "unanswered",
         "late_or_never_rate", "receiver_miss_rate", "receiver_miss_rate_ci95",
         "reaction_client_ms", "worst_plan_gap_ms", "plans_unmatched")
 #: Figures whose median over the repeats the result gives.
@@ -78,7 +82,7 @@ def run_naive(model: Path, *, stream: Path, out: Path, speed: float, deadline_ms
             subprocess.run([_bin("bag_replayer"), *_ros_args(
                 {"bag": str(stream), "speed": speed, "tail_s": tail_s,
                  "wait_for_subscriber_s": 300.0, "deadline_ms": deadline_ms,
-                 "client_log_dir": str(out)})],
+                 "client_log_dir": str(out), "plan_json": True})],
                 env=env, stdout=rlog, stderr=subprocess.STDOUT, timeout=1800, check=True)
         finally:
             node.send_signal(signal.SIGINT)
@@ -189,8 +193,11 @@ def main() -> int:
                         "on_new_command": "preempt" if name == "planner-preempt" else "queue"}
                     if args.n_threads:
                         params["n_threads"] = args.n_threads
-                    run_one(DemoConfig(label=f"{level} {name}", params=params), stream=stream,
-                            run_dir=run_dir, speed=args.speed, tail_s=args.tail_s)
+                    via = "action" if name == "planner-action" else "topic"
+                    run_one(DemoConfig(label=f"{level} {name}", params=params,
+                                       replayer={"send_via": via}),
+                            stream=stream, run_dir=run_dir, speed=args.speed,
+                            tail_s=args.tail_s)
                     summary = json.loads((run_dir / "client_summary.json").read_text())
                 else:
                     summary = run_naive(model, stream=stream, out=run_dir, speed=args.speed,

@@ -3,9 +3,9 @@
 rclpy and llama-cpp-python's ``create_completion``, called in the subscription callback for
 each command, on the same model, grammar and prompt as ``planner_node`` (the planner profile
 builds the prompt and parses the output), greedy: no deadline, no fallback, no worker process,
-the default ``KEEP_LAST(10)`` queue. It answers on the same topics in the same envelope, so the
-same client-edge replayer measures it. It accepts the replayer's tagged commands (the only
-concession: the id the plan must carry back to be matched).
+the default ``KEEP_LAST(10)`` queue. It answers on the same topics in the same JSON envelope
+(planner/plan_json), so the same client-edge replayer measures it. It accepts the replayer's
+tagged commands (the only concession: the id the plan must carry back to be matched).
 
 Its best settings are parameters: ``n_threads`` (decode), ``n_threads_batch`` (prefill; 0:
 llama-cpp-python's default), ``grammar`` (constrained decoding or not).
@@ -28,7 +28,7 @@ from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.profiles.actions import PlanParseError
 from robot_latency.profiles.profile import load_planning
 from robot_latency.ros.client_edge import untag_command
-from robot_latency.ros.topics import COMMAND_TOPIC, PLAN_TOPIC
+from robot_latency.ros.topics import COMMAND_TOPIC, PLAN_JSON_TOPIC
 
 
 class NaivePlanner(Node):
@@ -49,7 +49,9 @@ class NaivePlanner(Node):
         gbnf = self.planning.contract.grammar if use_grammar else None
         self.grammar = (llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
                         if gbnf else None)
-        self.pub = self.create_publisher(String, PLAN_TOPIC, 10)
+        # the JSON envelope, where planner_node publishes it too (the replayer reads it there
+        # with plan_json:=true); the typed Plan is planner_node's own
+        self.pub = self.create_publisher(String, PLAN_JSON_TOPIC, 10)
         self.sub = self.create_subscription(String, COMMAND_TOPIC, self.on_command, 10)
         self.cycle = 0
         self.get_logger().info(f"naive planner ready: {model}")

@@ -41,10 +41,12 @@ class DemoError(RobotLatencyError, RuntimeError):
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """One configuration of the demo: a label and the planner node's parameters for it."""
+    """One configuration of the demo: a label, the planner node's parameters for it, and the
+    bag replayer's beyond the stream (``send_via: action``: each command a PlanCommand goal)."""
 
     label: str
     params: dict[str, str | int | float | bool] = field(default_factory=dict)
+    replayer: dict[str, str | int | float | bool] = field(default_factory=dict)
 
 
 def _bin(name: str) -> str:
@@ -127,7 +129,8 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
             with CycleProgress(desc=config.label, enabled=progress) as bar:
                 _play([_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
                                                         "tail_s": tail_s,
-                                                        "client_log_dir": str(run_dir)})],
+                                                        "client_log_dir": str(run_dir),
+                                                        **config.replayer})],
                       env, rlog, cycle_log=run_dir / "cycles.jsonl", timeout_s=play_timeout_s,
                       replay_log=replay_log, bar=bar)
         finally:
@@ -219,6 +222,7 @@ class MainJob:
     context_tokens: int = 32
     profile: str = ""
     on_new_command: str = RunSettings().on_new_command
+    send_via: str = "topic"
 
 
 def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
@@ -289,7 +293,8 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
         "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
         "on_new_command": job.on_new_command,
         **({"planner_profile": job.profile} if job.profile else {}),
-        **({"n_threads": job.n_threads} if job.n_threads else {})}) for q in job.quants]
+        **({"n_threads": job.n_threads} if job.n_threads else {})},
+        replayer={"send_via": job.send_via}) for q in job.quants]
     targets = untimed_passes(job, {q: str(man.path(q)) for q in job.quants}, stream, say)
     labels = stream_labels_of(stream)
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True,

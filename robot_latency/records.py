@@ -45,6 +45,7 @@ FALLBACK_REASONS = (
     "no_command",
     "skipped",
     "superseded",
+    "cancelled",
     "server_unreachable",
     "server_error",
     "server_malformed",

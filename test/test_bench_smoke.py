@@ -55,9 +55,12 @@ def test_every_bench_script_has_a_smoke_run() -> None:
 
 def test_client_edge_planner_and_naive_nodes(tmp_path: Path) -> None:
     doc = _run(tmp_path, "client_edge.py", "--model", "bundled", "--max-commands", "2",
-               "--repeats", "1", "--nodes", "planner,naive", "--speed", "4", "--tail-s", "2")
+               "--repeats", "1", "--nodes", "planner,planner-action,naive", "--speed", "4",
+               "--tail-s", "2")
     level = doc["levels"]["bundled"]
-    for node in ("planner", "naive"):
+    assert level["planner-action"]["runs"][0]["via"] == "action"
+    assert level["planner"]["runs"][0]["via"] == "topic"
+    for node in ("planner", "planner-action", "naive"):
         (run,) = level[node]["runs"]
         assert run["commands"] == 2 and run["answered"] + run["unanswered"] + \
             run["superseded"] == 2

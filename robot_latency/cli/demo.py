@@ -78,7 +78,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                               period_ms=args.period_ms, device=args.device,
                               n_threads=args.n_threads, context_tokens=args.context,
                               profile=args.profile or "",
-                              on_new_command=args.on_new_command), echo)
+                              on_new_command=args.on_new_command,
+                              send_via=args.send_via), echo)
     note_host_load(watch.stop(), out, report)
     return 0
 
@@ -112,4 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a command arriving while the model works on an older one waits "
                         "(queue) or aborts it, the older recorded as superseded (preempt); "
                         "default %(default)s")
+    p.add_argument("--send-via", default=_D.send_via, choices=("topic", "action"),
+                   help="how the replayer sends each command: on planner/command (topic) or "
+                        "as a planner/plan_command goal (action); the report says which")
     p.set_defaults(func=cmd_demo)

@@ -60,6 +60,14 @@ class AbortSignal(Protocol):
     def is_set(self) -> bool: ...
 
 
+def note_tokens(abort: AbortSignal | None, tokens: int) -> None:
+    """Tell a signal that counts them (the engine worker's shared flag) how many tokens are out,
+    so the loop's side can tell how far a generation got while it runs (an action's feedback)."""
+    note = getattr(abort, "note_tokens", None)
+    if note is not None:
+        note(tokens)
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """One generation at batch 1.

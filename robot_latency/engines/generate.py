@@ -32,6 +32,7 @@ from robot_latency.engines.base import (
     GenerationRequest,
     GenerationTrace,
     StopReason,
+    note_tokens,
     stop_after_token,
     stop_reason_now,
 )
@@ -158,6 +159,7 @@ def decode(request: GenerationRequest, abort: AbortSignal | None, trace: Generat
         sample_ns += now - t0
         trace.token_ns.append(now)
         trace.tokens.append(token)
+        note_tokens(abort, i + 1)
         if steps.is_end(token):
             stop_reason = StopReason.DONE
             break

@@ -33,6 +33,7 @@ from robot_latency.engines.base import (
     GenerationRequest,
     GenerationTrace,
     StopReason,
+    note_tokens,
     register_engine,
 )
 from robot_latency.floor.devices import get_device
@@ -238,6 +239,7 @@ class SimEngine(ClosesOnExit):
                 self._sleep_ns(step)
             trace.token_ns.append(self.clock())
             trace.tokens.append(i)
+            note_tokens(abort, i + 1)
             context += 1
             if piece == END_TOKEN:
                 stop = StopReason.DONE

@@ -212,6 +212,10 @@ class HybridRunner:
         """Stop the onboard generation (the server's request ends with its cycle)."""
         self.onboard.request_abort(request)
 
+    def generated_tokens(self) -> int | None:
+        """The onboard generation's tokens so far (the server's stream is not counted)."""
+        return self.onboard.generated_tokens()
+
     def health(self) -> RunnerHealth:
         """The onboard engine's load error; why the server did not answer at start-up."""
         return RunnerHealth(load_error=self.onboard.health().load_error,

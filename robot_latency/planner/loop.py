@@ -31,7 +31,13 @@ from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
-from robot_latency.planner.mailbox import InboundCommand, Mailbox
+from robot_latency.planner.mailbox import (
+    InboundCommand,
+    Mailbox,
+    Withdrawals,
+    is_withdrawn,
+    withdrawal_interrupt,
+)
 from robot_latency.planner.margin import PublishMargin, TransportMargin
 from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop's runners)
     InlineRunner,
@@ -136,6 +142,9 @@ class PlannerLoop:
         #: set by the driver of an event-mode run with on_new_command=preempt: True while a
         #: newer command waits (the running generation is then aborted)
         self.newer_command_waiting: Interrupt | None = None
+        #: set by a source whose commands can be withdrawn (aborted, nothing published for it)
+        self.withdrawals: Withdrawals | None = None
+        self.running: InboundCommand | None = None  # the running cycle's (other threads read it)
 
     # --- one cycle ---------------------------------------------------------------------------
     def _command_problem(self, text: str) -> str | None:
@@ -156,6 +165,14 @@ class PlannerLoop:
         first cycle for a command stamped with its send counts from that send instead, where
         it is earlier (see the module docstring).
         """
+        self.running = command
+        try:
+            return self._run_cycle(cycle, scheduled_ns, command)
+        finally:
+            self.running = None
+
+    def _run_cycle(self, cycle: int, scheduled_ns: int,
+                   command: InboundCommand | None) -> CycleRecord:
         cfg = self.config
         started = self.clock()
         tick_ns = scheduled_ns
@@ -164,7 +181,8 @@ class PlannerLoop:
         first_for_command = command is not None and command.command_id != self._last_command_id
         if first_for_command and command is not None and command.sent_ns is not None:
             scheduled_ns = min(scheduled_ns, command.start_ns)
-        deadline = scheduled_ns + cfg.deadline_ns
+        budget_ns = command.budget_ns(cfg.deadline_ns) if command else cfg.deadline_ns
+        deadline = scheduled_ns + budget_ns
         publish_margin = self.publish_margin.margin_ns()
         margin = publish_margin + self.transport.margin_ns()
         give_up = deadline - margin
@@ -185,6 +203,8 @@ class PlannerLoop:
         problem = None if text is None else self._command_problem(text)
         if text is None:
             reason = "no_command"
+        elif is_withdrawn(self.withdrawals, command):
+            reason = "cancelled"
         elif problem is not None:
             log.warning("cycle %d, command %s: %s; falling back", cycle, rec.command_id, problem)
             reason = "bad_command"
@@ -196,11 +216,16 @@ class PlannerLoop:
             state = command.state if command is not None and command.state is not None \
                 else self._state
             plan, reason = self._ask_model(rec, text, state, give_up)
-        if reason == "superseded":
+        if reason != "cancelled" and is_withdrawn(self.withdrawals, command):
+            reason = "cancelled"  # withdrawn while the model or the fallback answered
+        if reason in ("superseded", "cancelled"):
             # on_new_command=preempt: a newer command arrived and the generation was aborted.
             # The older command gets no plan of its own (the newer one's follows at once); its
-            # cycle is recorded as superseded, a miss, with the phases it ran.
-            rec.plan_source, rec.fallback_reason = "none", "superseded"
+            # cycle is recorded as superseded, a miss, with the phases it ran. A withdrawn
+            # command (cancelled) gets none either: its sender no longer waits for one.
+            rec.plan_source, rec.fallback_reason = "none", reason
+            if reason == "cancelled" and command is not None and self.withdrawals is not None:
+                self.withdrawals.dropped(command.command_id)
             self._collect_partial(rec, tick_ns)
             self._write(rec)
             self.cycles_run += 1
@@ -221,7 +246,8 @@ class PlannerLoop:
             "cycle": cycle, "command_id": rec.command_id, "source": rec.plan_source,
             "fallback_reason": rec.fallback_reason, "plan": plan,
             "deadline_met": published <= deadline, "cycle_ms": (published - scheduled_ns) / 1e6,
-            "deadline_ms": self.config.deadline_ns / 1e6, "margin_ms": margin / 1e6,
+            "deadline_ms": budget_ns / 1e6, "margin_ms": margin / 1e6,
+            "tokens_out": rec.tokens_out,
         }
         try:
             self.publish(envelope)
@@ -259,6 +285,7 @@ class PlannerLoop:
                                     messages=self.planning.messages(text, state))
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
+        interrupt = withdrawal_interrupt(self.withdrawals, rec.command_id, interrupt)
         outcome = self.runner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
         trace = outcome.trace
         self._partial_pending = trace is None and outcome.status in ("timeout", "preempted")
@@ -369,6 +396,9 @@ class PlannerLoop:
             newest = self.mailbox.take()
             if newest is not None:
                 self._current = newest
+            if self._current is not None and is_withdrawn(self.withdrawals, self._current) \
+                    and self._current.command_id == self._last_command_id:
+                self._current = None  # withdrawn after its cycles: no longer re-planned
             self.run_cycle(self._take_cycle_id(), scheduled, self._current)
             n += 1
             # Ticks whose deadline passed while this cycle overran are misses, not gaps.
@@ -408,7 +438,7 @@ class PlannerLoop:
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
             self.sleep_until(command.arrival_ns)
-            expires_ns = command.start_ns + self.config.deadline_ns
+            expires_ns = command.start_ns + command.budget_ns(self.config.deadline_ns)
             if command.arrival_ns < expires_ns <= self.clock():
                 self._skipped(self._take_cycle_id(), command.start_ns, command.command_id,
                               arrival_ns=command.arrival_ns)

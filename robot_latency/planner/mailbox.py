@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -13,14 +15,21 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class InboundCommand:
     """A command as it arrived: its id, text and arrival time (ns, the loop's clock), the robot
-    state text that came with it (None: the loop's latest state, if any), and when its sender
-    sent it, on the loop's clock (None: not known)."""
+    state text that came with it (None: the loop's latest state, if any), when its sender
+    sent it, on the loop's clock (None: not known), and the deadline its sender asked for (ns;
+    None: the loop's; the loop never takes longer than its own)."""
 
     command_id: str
     text: str
     arrival_ns: int
     state: str | None = None
     sent_ns: int | None = None
+    deadline_ns: int | None = None
+
+    def budget_ns(self, loop_deadline_ns: int) -> int:
+        """Its cycle's deadline budget (ns): its own when shorter than the loop's."""
+        own = self.deadline_ns
+        return loop_deadline_ns if not own else min(own, loop_deadline_ns)
 
     @property
     def start_ns(self) -> int:
@@ -90,3 +99,39 @@ class Mailbox:
         with self._lock:
             return {"received": self.received, "dropped": self.dropped,
                     "superseded": self.superseded}
+
+
+class Withdrawals(Protocol):
+    """Commands their sender can withdraw (a ROS action goal's cancel), as the loop asks."""
+
+    def tracks(self, command_id: str) -> bool:
+        """Whether ``command_id`` can be withdrawn at all (its generation is then watched)."""
+        ...
+
+    def is_withdrawn(self, command_id: str) -> bool:
+        """Whether the sender no longer wants a plan for ``command_id`` (thread-safe)."""
+        ...
+
+    def dropped(self, command_id: str) -> None:
+        """Told (from the loop's thread) when the loop gave a withdrawn command up: nothing is
+        published for it, its cycle is recorded as ``cancelled``."""
+        ...
+
+
+def is_withdrawn(withdrawals: Withdrawals | None, command: InboundCommand | None) -> bool:
+    """Whether ``command``'s sender withdrew it (False without a command or withdrawals)."""
+    return (command is not None and withdrawals is not None
+            and withdrawals.is_withdrawn(command.command_id))
+
+
+def withdrawal_interrupt(withdrawals: Withdrawals | None, command_id: str | None,
+                         newer: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    """The loop's interrupt for one generation: ``newer`` (a newer command waits), and also the
+    command's withdrawal where it can be withdrawn."""
+    if withdrawals is None or command_id is None or not withdrawals.tracks(command_id):
+        return newer
+
+    def interrupt() -> bool:  # a withdrawn command's generation is aborted too
+        return withdrawals.is_withdrawn(command_id) or (newer is not None and newer())
+
+    return interrupt

@@ -71,6 +71,10 @@ class Runner(Protocol):
         """Ask ``request``'s generation (None: the one running now) to stop, from another
         thread; a request not started yet stops as it starts."""
 
+    def generated_tokens(self) -> int | None:
+        """Tokens out so far of the generation the loop waits for now (from another thread);
+        None when it waits for none, or this runner cannot tell."""
+
     def health(self) -> RunnerHealth:
         """The engine's load and server-check errors."""
 
@@ -142,6 +146,10 @@ class InlineRunner:
     def request_abort(self, request: GenerationRequest | None = None) -> None:
         """Nothing: an inline generation runs in the caller's thread and stops at its deadline
         or at the loop's interrupt."""
+
+    def generated_tokens(self) -> int | None:
+        """None: an inline generation's tokens are the loop thread's until it returns."""
+        return None
 
     def health(self) -> RunnerHealth:
         return RunnerHealth(server_check_error=self.engine.info().get("check_error"))

@@ -123,6 +123,7 @@ class ProcessRunner:
         self._abort_lock = threading.Lock()
         self._sent: tuple[GenerationRequest, int] | None = None
         self._abort_wanted: GenerationRequest | None = None
+        self._in_flight = False             # a run() is waiting for the worker's answer
         self._busy_give_up_ns = 0
         self.engine_info: dict[str, Any] = {}
         self.restarts = 0
@@ -357,11 +358,26 @@ class ProcessRunner:
             if self._abort_wanted is request:  # asked for before it could be sent
                 self._abort_wanted = None
                 self._abort.stop(seq)
+        self._abort.reset_tokens()
         try:
             self._conn.send((seq, request))
         except (OSError, ValueError) as err:
             self._restart(f"worker pipe broken: {err}")
             return RunOutcome(None, "unavailable", "engine worker was restarted")
+        self._in_flight = True
+        try:
+            return self._answer(seq, give_up_ns, interrupt)
+        finally:
+            self._in_flight = False
+
+    def generated_tokens(self) -> int | None:
+        """Tokens out so far of the generation the loop waits for now (any thread); None when
+        it waits for none."""
+        abort = self._abort
+        return abort.tokens if self._in_flight and abort is not None else None
+
+    def _answer(self, seq: int, give_up_ns: int, interrupt: Interrupt | None) -> RunOutcome:
+        assert self._proc is not None and self._conn is not None and self._abort is not None
         while True:
             try:
                 ready = self._wait_ready(give_up_ns, interrupt)

@@ -96,12 +96,15 @@ class ClientRecord:
 
 
 def client_summary(records: Sequence[ClientRecord], *, unmatched_plans: int = 0,
-                   plans_without_command: int = 0,
-                   plan_gaps_ms: Iterable[float] = ()) -> dict[str, Any]:
+                   plans_without_command: int = 0, plan_gaps_ms: Iterable[float] = (),
+                   via: str = "topic") -> dict[str, Any]:
     """Summarise a client log: reaction percentiles, receiver-side misses with a Wilson interval.
 
     A miss is a command without a plan of its own within the deadline (late, superseded or
     never answered). ``worst_plan_gap_ms`` is the longest time between two plans received.
+    ``via``: how the client sent its commands and got their plans back, ``topic`` (tagged
+    commands on planner/command, plans on planner/plan) or ``action`` (PlanCommand goals,
+    plans as their results).
     """
     n = len(records)
     answered = [r for r in records if r.status == "answered"]
@@ -111,6 +114,7 @@ def client_summary(records: Sequence[ClientRecord], *, unmatched_plans: int = 0,
     gaps = list(plan_gaps_ms)
     deadlines = sorted({r.deadline_ms for r in records if r.deadline_ms is not None})
     return {
+        "via": via,
         "commands": n,
         "answered": len(answered),
         "answered_late": late,
@@ -265,7 +269,8 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
     """The report's Markdown section: planner side, client side and their difference."""
     if not edges:
         return []
-    header = ["configuration", "planner p50/p99 ms (n)", "client p50/p90/p99/max ms (n)",
+    header = ["configuration", "sent via", "planner p50/p99 ms (n)",
+              "client p50/p90/p99/max ms (n)",
               "transport+executor p50/p99/max ms (n)", "receiver miss rate [95% CI]",
               "superseded / never", "unmatched plans", "planner miss rate"]
     lines = ["## Reaction time at the client edge", "",
@@ -275,7 +280,9 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
              + SAME_HOST_CLOCK_NOTE[1:] + ". A receiver miss is a command without its own plan "
              "within the deadline; the planner miss rate is the planner's own deadline misses "
              "over its cycles for a command. A receiver rate above the planner's means plans on "
-             "time where they were published arrived late: flagged below.", ""]
+             "time where they were published arrived late: flagged below. Sent via: topic "
+             "(tagged commands on planner/command, plans from planner/plan) or action "
+             "(PlanCommand goals, plans as their results).", ""]
     rows = []
     for e in edges:
         s = e.summary
@@ -284,7 +291,8 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
         rate = s["receiver_miss_rate"]
         miss = "-" if rate is None else rate_ci(rate, ci[0], ci[1])
         rows.append([
-            e.label, f"{fmt(p['p50'], '.1f')} / {fmt(p['p99'], '.1f')} ({p['n']})",
+            e.label, str(s.get("via", "topic")),
+            f"{fmt(p['p50'], '.1f')} / {fmt(p['p99'], '.1f')} ({p['n']})",
             f"{fmt(c['p50'], '.1f')} / {fmt(c['p90'], '.1f')} / {fmt(c['p99'], '.1f')} / "
             f"{fmt(c['max'], '.1f')} ({c['n']})",
             f"{fmt(t['p50'])} / {fmt(t['p99'])} / {fmt(t['max'])} ({t['n']})",
@@ -372,7 +380,7 @@ def load_edges(runs: Sequence[Any], run_dirs: Sequence[str | os.PathLike[str]]
             saved = {}
         if isinstance(saved, dict):
             for key in ("plans_unmatched", "plans_without_command", "worst_plan_gap_ms",
-                        "plans_received"):
+                        "plans_received", "via"):
                 if key in saved:
                     edge.summary[key] = saved[key]
         out.append(edge)

@@ -12,7 +12,13 @@ With ``client_log_dir`` set it is also the client edge: it sends each command ta
 to the command it answers by ``command_id``, and writes ``client.jsonl`` (sent and received
 times, plan source; superseded and unanswered commands as such) and ``client_summary.json``
 (``reaction_client_ms`` percentiles, the receiver-side miss rate with its Wilson interval,
-plans matching no sent command) there. Without it, commands go out as plain text.
+plans matching no sent command) there. Without it, commands go out as plain text. Plans are
+read as the typed Plan on ``planner/plan`` (``plan_json``: the JSON envelope on
+``planner/plan_json``).
+
+With ``send_via:=action`` each command is a goal of the planner's ``planner/plan_command`` action
+instead (:mod:`robot_latency.ros.action_client`): the goal's result is the plan received, timed
+the same way, and the client summary's ``via`` says ``action``.
 
     bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0 -p client_log_dir:=runs/r1
     ros2 run robot_latency bag_replayer --ros-args -p bag:=/data/session.mcap -p loop_count:=3
@@ -35,14 +41,17 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from robot_latency.report.client import write_client_log
+from robot_latency.ros.action_client import GoalSender
 from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
 from robot_latency.ros.param_spec import ParamError
+from robot_latency.ros.plan_msg import plan_envelope
 from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
-from robot_latency.ros.topics import ACK_TOPIC, COMMAND_TOPIC, PLAN_TOPIC
+from robot_latency.ros.topics import ACK_TOPIC, COMMAND_TOPIC, PLAN_JSON_TOPIC, PLAN_TOPIC
 from robot_latency.streams import CommandStream, StreamError, read_stream
+from robot_latency_interfaces.msg import Plan
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +93,24 @@ class BagReplayerNode(Node):
         s = self.settings
         # The client edge: the receive time is read in the callback, so it includes this
         # executor's delay, as a robot's controller would feel it.
-        self.tracker = ClientTracker(deadline_ms=s.deadline_ms)
+        self.tracker = ClientTracker(deadline_ms=s.deadline_ms, via=s.send_via)
         self._tagged_send = make_sender(self.tracker, self.send)
-        self.client_edge = s.client_log_dir is not None
+        self.client_edge = s.client_log_dir is not None or s.send_via == "action"
+        self.goals: GoalSender | None = None
         if self.client_edge:
-            self.plan_sub = self.create_subscription(
-                String, PLAN_TOPIC, self._on_plan,
-                QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
             # Each plan is acknowledged from the plan callback (its cycle echoed): the planner
             # measures the round trip, this executor's delay included, for its transport margin.
             self.ack_pub = self.create_publisher(
                 String, ACK_TOPIC, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        if s.send_via == "action":
+            self.goals = GoalSender(self, self.tracker, deadline_ms=s.deadline_ms or 0.0,
+                                    on_plan=lambda plan: self._ack(plan.cycle))
+        elif self.client_edge:
+            plan_type, plan_topic = (String, PLAN_JSON_TOPIC) if s.plan_json else (Plan,
+                                                                                   PLAN_TOPIC)
+            self.plan_sub = self.create_subscription(
+                plan_type, plan_topic, self._on_plan,
+                QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
@@ -110,19 +126,37 @@ class BagReplayerNode(Node):
         self.publisher.publish(String(data=text))
 
     def send_item(self, item: Send) -> None:
-        """Publish one scheduled command, tagged with a unique id (``<stream id>@<play>``)."""
+        """Publish one scheduled command, tagged with a unique id (``<stream id>@<play>``), or
+        send it as a goal (``send_via: action``; its id is the goal id)."""
+        if self.goals is not None:
+            self.goals.send(f"{item.command_id}@{item.play}", item.text,
+                            stream_command_id=item.command_id, play=item.play)
+            return
         self._tagged_send(f"{item.command_id}@{item.play}", item.text,
                           stream_command_id=item.command_id, play=item.play)
 
-    def _on_plan(self, msg: String) -> None:
-        received_ns = self.tracker.clock()
-        try:
-            cycle = json.loads(msg.data).get("cycle")
-        except (ValueError, AttributeError):
-            cycle = None
-        if isinstance(cycle, int):
+    def ready(self) -> bool:
+        """Whether the planner is there: its action server, or enough command subscribers."""
+        if self.goals is not None:
+            return self.goals.server_ready()
+        return self.publisher.get_subscription_count() >= self.settings.min_subscribers
+
+    def _ack(self, cycle: Any) -> None:
+        if isinstance(cycle, int) and cycle >= 0:
             self.ack_pub.publish(String(data=str(cycle)))
-        self.tracker.received(msg.data, received_ns)
+
+    def _on_plan(self, msg: Plan | String) -> None:
+        received_ns = self.tracker.clock()
+        if isinstance(msg, String):
+            try:
+                cycle = json.loads(msg.data).get("cycle")
+            except (ValueError, AttributeError):
+                cycle = None
+            self._ack(cycle)
+            self.tracker.received(msg.data, received_ns)
+            return
+        self._ack(msg.cycle)
+        self.tracker.received(plan_envelope(msg), received_ns)
 
     def write_client_log(self) -> dict[str, Any]:
         """Log the client-edge summary; write client.jsonl and client_summary.json."""
@@ -161,15 +195,14 @@ def main(argv: list[str] | None = None) -> int:
             executor.add_node(node)
             # Wait (spinning, so discovery runs) for the listeners, then the start delay.
             publisher = node.publisher
-            matched = spin_until(
-                executor, stop,
-                done=lambda: publisher.get_subscription_count() >= s.min_subscribers,
-                deadline_s=time.monotonic() + s.wait_for_subscriber_s)
+            matched = spin_until(executor, stop, done=node.ready,
+                                 deadline_s=time.monotonic() + s.wait_for_subscriber_s)
             if not matched and not stop.is_set():
                 node.get_logger().warning(
                     f"{publisher.get_subscription_count()} of {s.min_subscribers} "
-                    f"subscriber(s) on {publisher.topic_name} after "
-                    f"{s.wait_for_subscriber_s:g} s; replaying anyway")
+                    f"subscriber(s) on {publisher.topic_name}"
+                    + (", no PlanCommand action server" if node.goals is not None else "")
+                    + f" after {s.wait_for_subscriber_s:g} s; replaying anyway")
             spin_until(executor, stop, deadline_s=time.monotonic() + s.start_delay_s)
             start_ns = time.perf_counter_ns()
             sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,11 +107,15 @@ class ClientTracker:
         deadline_ms: the planner's deadline; None: taken from the first plan envelope that
             carries ``deadline_ms``.
         clock: the host's monotonic clock in ns (the planner's clock, so the two compare).
+        via: how commands are sent: ``topic`` (tagged on planner/command) or ``action``
+            (PlanCommand goals); the summary says which.
     """
 
-    def __init__(self, *, deadline_ms: float | None = None, clock: Clock = DEFAULT_CLOCK) -> None:
+    def __init__(self, *, deadline_ms: float | None = None, clock: Clock = DEFAULT_CLOCK,
+                 via: str = "topic") -> None:
         self.deadline_ms = deadline_ms
         self.clock = clock
+        self.via = via
         self._lock = threading.Lock()
         self._rows: dict[str, ClientRecord] = {}
         self._order: list[str] = []
@@ -139,17 +143,23 @@ class ClientTracker:
             if self._rows.pop(command_id, None) is not None:
                 self._order.remove(command_id)
 
-    def received(self, data: str, received_ns: int | None = None) -> ClientRecord | None:
-        """Take one plan message (the envelope's JSON text); return the command it answered.
+    def received(self, data: str | Mapping[str, Any],
+                 received_ns: int | None = None) -> ClientRecord | None:
+        """Take one plan (the envelope's JSON text, or the envelope read from a typed Plan:
+        :func:`robot_latency.ros.plan_msg.plan_envelope`); return the command it answered.
 
         Never raises for a bad plan: undecodable ones, plans without a command and plans
         whose id matches no sent command are counted.
         """
         now = self.clock() if received_ns is None else received_ns
-        try:
-            envelope: Any = json.loads(data)
-        except ValueError:
-            envelope = None
+        envelope: Any
+        if isinstance(data, Mapping):
+            envelope = dict(data)
+        else:
+            try:
+                envelope = json.loads(data)
+            except ValueError:
+                envelope = None
         with self._lock:
             self.plans_received += 1
             if self._last_plan_ns is not None:
@@ -204,7 +214,7 @@ class ClientTracker:
         with self._lock:
             out = client_summary(records, unmatched_plans=self.unmatched_plans,
                                  plans_without_command=self.plans_without_command,
-                                 plan_gaps_ms=list(self.plan_gaps_ms))
+                                 plan_gaps_ms=list(self.plan_gaps_ms), via=self.via)
             out["plans_received"] = self.plans_received
             out["plans_unreadable"] = self.unreadable_plans
         return out

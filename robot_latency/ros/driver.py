@@ -64,7 +64,8 @@ class PlannerDriver:
 
     # --- input ---------------------------------------------------------------------------------
     def submit(self, text: str, command_id: str | None = None, *,
-               sent_ns: int | None = None) -> InboundCommand:
+               sent_ns: int | None = None, state: str | None = None,
+               deadline_ns: int | None = None) -> InboundCommand:
         """Stamp a command's arrival now (the loop's clock) and hand it to the loop.
 
         ``command_id``: the sender's id for it (a tagged command); None: the next own id.
@@ -72,6 +73,8 @@ class PlannerDriver:
         a stamp after the arrival is not believed (dropped). A stamp older than the deadline is
         kept: the command is already late at its receiver, and its cycle says so (answered at
         once by the fallback, recorded as missed) instead of granting it a fresh budget.
+        ``state``: robot state text sent with it (None: the loop's latest). ``deadline_ns``:
+        the deadline its sender asked for (None: the loop's; never longer than the loop's).
         """
         arrival = self.run.clock()
         if command_id is None:
@@ -79,7 +82,8 @@ class PlannerDriver:
                 command_id = f"{self.id_prefix}{next(self._ids)}"
         if sent_ns is not None and sent_ns > arrival:
             sent_ns = None
-        command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns)
+        command = InboundCommand(command_id, text, arrival, sent_ns=sent_ns, state=state,
+                                 deadline_ns=deadline_ns)
         self.loop.submit(command)
         self._arrived.set()
         return command

@@ -48,6 +48,14 @@ MAX_PINGS = 400
 _MAX_PENDING = 64
 
 
+def _json_cycle(msg: String) -> Any:
+    """The ``cycle`` of a JSON plan envelope (None when it is not one)."""
+    try:
+        return json.loads(msg.data).get("cycle")
+    except (ValueError, AttributeError):
+        return None
+
+
 def _qos() -> QoSProfile:
     return QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
                       reliability=ReliabilityPolicy.RELIABLE,
@@ -62,14 +70,18 @@ class TransportProbe:
         plan_topic: the topic the node publishes plans on.
         margin: returns the loop's transport margin estimator (None while there is no run).
         clock: the loop's clock (ns, CLOCK_MONOTONIC).
+        plan_type: the plan topic's message type (the JSON envelope in a String by default).
+        cycle_of: reads a plan message's ``cycle``.
     """
 
     def __init__(self, node: Node, plan_topic: str,
                  margin: Callable[[], TransportMargin | None], *,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+                 clock: Callable[[], int] = time.perf_counter_ns, plan_type: Any = String,
+                 cycle_of: Callable[[Any], Any] | None = None) -> None:
         self.node = node
         self.margin = margin
         self.clock = clock
+        self._cycle_of = cycle_of or _json_cycle
         self.pings_sent = 0
         self.pings_received = 0
         self.plans_received = 0
@@ -81,7 +93,7 @@ class TransportProbe:
         self._pending_lock = threading.Lock()  # _sent and _sent_for_ack: two threads use them
         self._probe_pub = node.create_publisher(String, PROBE_TOPIC, _qos())
         self._probe_sub = node.create_subscription(String, PROBE_TOPIC, self._on_probe, _qos())
-        self._plan_sub = node.create_subscription(String, plan_topic, self._on_plan, _qos())
+        self._plan_sub = node.create_subscription(plan_type, plan_topic, self._on_plan, _qos())
         self._ack_sub = node.create_subscription(String, ACK_TOPIC, self._on_ack, _qos())
         self._timer: Any = node.create_timer(PING_PERIOD_S, self._ping)
 
@@ -128,12 +140,9 @@ class TransportProbe:
         self.pings_received += 1
         self._add(now - sent)
 
-    def _on_plan(self, msg: String) -> None:
+    def _on_plan(self, msg: Any) -> None:
         now = self.clock()
-        try:
-            cycle = json.loads(msg.data).get("cycle")
-        except (ValueError, AttributeError):
-            return
+        cycle = self._cycle_of(msg)
         sent = self._take(self._sent, cycle) if isinstance(cycle, int) else None
         if sent is not None:
             self.plans_received += 1

@@ -1,7 +1,9 @@
 """The ``managed_planner_node`` executable: the planner as a managed (lifecycle) node.
 
-The same topics, parameters (with the same runtime updates), robot state subscription, transport
-probe, diagnostics and run directory as ``planner_node``: both are thin nodes around
+The same topics, PlanCommand action (served from configure to cleanup, goals accepted only while
+active, as a Nav2 lifecycle node's action server), parameters (with the same runtime updates),
+robot state subscription, transport probe, diagnostics and run directory as ``planner_node``:
+both are thin nodes around
 :class:`~robot_latency.ros.node_core.PlannerCore`, this one brought up in order by a lifecycle
 manager (Nav2's, ``ros2 lifecycle set``) through the standard services
 ``<node>/change_state`` and ``<node>/get_state`` (lifecycle_msgs):

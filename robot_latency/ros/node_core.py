@@ -25,7 +25,6 @@ callbacks, no timer autostart).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,13 +32,11 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import Runner
 from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
@@ -63,15 +60,17 @@ from robot_latency.ros.params import (
     coerce,
     planner_settings,
 )
+from robot_latency.ros.plan_outputs import PlanOutputs, plan_qos  # noqa: F401  (re-exported)
 from robot_latency.ros.standing_errors import StandingErrors
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
     CYCLE_TOPIC,
     DIAGNOSTICS_TOPIC,
+    PLAN_ACTION,
     PLAN_TOPIC,
     STATE_TOPIC,
-    plan_message,
 )
+from robot_latency_interfaces.msg import Plan
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +92,6 @@ class NodeStepError(RuntimeError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-
-
-def plan_qos(planner: RunSettings) -> QoSProfile:
-    """Return the plan publisher's QoS: reliable, and in periodic mode a deadline of one period.
-
-    The deadline is the node's promise that a plan follows the previous one within a period;
-    a subscriber may request it (its requested deadline must be >= the period to match). Event
-    mode publishes only when commands arrive, so it declares no deadline.
-    """
-    qos = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
-                     reliability=ReliabilityPolicy.RELIABLE,
-                     durability=DurabilityPolicy.VOLATILE)
-    if planner.mode == "periodic":
-        qos.deadline = Duration(nanoseconds=planner.period_ns)
-    return qos
 
 
 def activation_log_dir(log_dir: Path, activation: int) -> Path:
@@ -146,7 +130,7 @@ class PlannerCore:
         self.thresholds: DiagnosticThresholds | None = None
         #: the newest robot state text received (kept while no run is open)
         self.state_text: str | None = None
-        self._plan_pub: Any = None
+        self.outputs: PlanOutputs | None = None
         self._cycle_pub: Any = None
         self._subs: list[Any] = []
         self._diag_timer: Any = None
@@ -237,7 +221,9 @@ class PlannerCore:
         self.thresholds = settings.diagnostics
         self.window = CycleWindow(settings.diagnostics.diagnostics_window)
         self.tracker = DiagnosticsTracker(deadline_ms=cfg.settings.deadline_ms)
-        self._plan_pub = self._create_pub(String, PLAN_TOPIC, plan_qos(cfg.settings))
+        self.outputs = PlanOutputs(self.node, self._create_pub, cfg.settings,
+                                   plan_json=settings.plan_json, driver=lambda: self.driver,
+                                   on_handoff=self._on_result_handoff)
         self._cycle_pub = self._create_pub(
             String, CYCLE_TOPIC, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
         self._subs = [
@@ -254,7 +240,8 @@ class PlannerCore:
         self.transport = TransportMargin(cfg.settings.margin_settings())
         if self.transport.measured:
             transport = self.transport
-            self.probe = TransportProbe(self.node, PLAN_TOPIC, lambda: transport)
+            self.probe = TransportProbe(self.node, PLAN_TOPIC, lambda: transport,
+                                        plan_type=Plan, cycle_of=lambda msg: msg.cycle)
         return settings
 
     def unconfigure(self) -> None:
@@ -262,14 +249,15 @@ class PlannerCore:
         if self.runner is not None:
             close_runner(self.runner)
             self.runner = None
-        for pub in (self._plan_pub, self._cycle_pub):
-            if pub is not None:
-                self._destroy_pub(pub)
+        if self.outputs is not None:
+            self.outputs.destroy(self._destroy_pub)
+        if self._cycle_pub is not None:
+            self._destroy_pub(self._cycle_pub)
         for sub in self._subs:
             self.node.destroy_subscription(sub)
         if self.probe is not None:
             self.probe.destroy()
-        self._plan_pub = self._cycle_pub = self.probe = self.transport = None
+        self.outputs = self._cycle_pub = self.probe = self.transport = None
         self._subs = []
         self.settings = self.values = self.thresholds = None
 
@@ -295,6 +283,8 @@ class PlannerCore:
             raise NodeStepError(str(err), EXIT_RUN_FAILED) from err
         if self.transport is not None:
             driver.loop.transport = self.transport
+        if self.outputs is not None:  # a goal's cancel withdraws its command from the loop
+            driver.loop.withdrawals = self.outputs.actions
         if self.state_text is not None:
             driver.loop.set_state(self.state_text)
         self.driver, self.runs = driver, n
@@ -327,6 +317,8 @@ class PlannerCore:
         driver, self.driver = self.driver, None
         if driver is None:
             return None
+        if self.outputs is not None:
+            self.outputs.actions.abort_open()  # nothing plans them any more
         summary = driver.close()
         self.summaries.append(summary)
         self.logger.info(f"run closed: {summary.get('cycles')} cycles, "
@@ -339,7 +331,8 @@ class PlannerCore:
         """Return where the node listens and publishes, names resolved (for a log line)."""
         name = self.node.resolve_topic_name
         return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), "
-                f"out {name(PLAN_TOPIC)}, {name(CYCLE_TOPIC)}")
+                f"out {name(PLAN_TOPIC)}, {name(CYCLE_TOPIC)}; action "
+                f"{self.node.resolve_topic_name(PLAN_ACTION)}")
 
     def _on_command(self, msg: String) -> None:
         # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
@@ -365,12 +358,20 @@ class PlannerCore:
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
         if self.probe is not None:
             self.probe.plan_published(envelope.get("cycle"))
-        self._plan_pub.publish(String(data=json.dumps(plan_message(envelope),
-                                                      separators=(",", ":"))))
+        if self.outputs is not None:
+            self.outputs.publish(envelope)
+
+    def _on_result_handoff(self, round_trip_ns: int) -> None:
+        # A goal's result leaves through the executor: its hand-off is part of the way out.
+        if self.transport is not None and self.transport.measured:
+            self.transport.add_round_trip(round_trip_ns)
 
     def _on_record(self, rec: CycleRecord) -> None:
         if self.window is not None:
             self.window.add(rec)
+        if self.outputs is not None:
+            self.outputs.actions.cycle_recorded(rec.command_id, rec.fallback_reason,
+                                                rec.published_ns is not None)
         self._cycle_pub.publish(String(data=rec.to_json()))
 
     # --- diagnostics -------------------------------------------------------------------------

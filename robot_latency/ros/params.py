@@ -175,6 +175,9 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("hybrid_policy", _PC.hybrid_policy, "string",
           "engine hybrid: first_valid (the first schema-valid plan) or prefer_server (the "
           "server's when valid by the give-up time)", choices=HYBRID_POLICIES),
+    _spec("plan_json", True, "bool",
+          "also publish each plan as the JSON envelope (std_msgs/String) on planner/plan_json, "
+          "what planner/plan carried before the typed Plan; kept for one release"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -195,6 +198,7 @@ class PlannerSettings:
         diagnostics: diagnostics thresholds (may change at run time).
         diagnostics_period_s: how often /diagnostics is published.
         max_cycles: stop after this many cycles; 0: until stopped.
+        plan_json: also publish the JSON plan envelope on planner/plan_json.
         values: the typed parameter values the settings were built from.
         notes: things worth a log line (ignored options, defaults chosen).
     """
@@ -205,6 +209,7 @@ class PlannerSettings:
     max_cycles: int
     values: dict[str, Any]
     notes: tuple[str, ...] = ()
+    plan_json: bool = True
 
 
 def resolve_device(device: str, *, sysfs_root: Path = Path("/"),
@@ -280,7 +285,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
         raise ParamError("model", str(err)) from err
     return PlannerSettings(run=run, diagnostics=diagnostics,
                            diagnostics_period_s=v["diagnostics_period_s"],
-                           max_cycles=v["max_cycles"], values=v,
+                           max_cycles=v["max_cycles"], values=v, plan_json=v["plan_json"],
                            notes=tuple(notes) + _old_spellings(device_param))
 
 

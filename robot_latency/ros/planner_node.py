@@ -5,8 +5,14 @@ Topics (relative names: in the root namespace they are the absolute names below;
 
     in   planner/command   std_msgs/String    one operator command per message
     in   planner/state     std_msgs/String    robot state text for the profile's ``{state}``
-    out  planner/plan      std_msgs/String    JSON plan envelope, one per cycle; QoS declares
-                                              the deadline (periodic mode: one plan per period)
+    out  planner/plan      robot_latency_interfaces/msg/Plan   one per cycle, header stamped
+                                              at publish; QoS declares the deadline (periodic
+                                              mode: one plan per period)
+    out  planner/plan_json std_msgs/String    the same as the JSON envelope (``plan_json``
+                                              parameter, default true: kept for one release)
+    action planner/plan_command  robot_latency_interfaces/action/PlanCommand   one plan per
+                                              goal by its deadline, feedback, cancel
+                                              (:mod:`robot_latency.ros.action_server`)
     out  planner/cycle     std_msgs/String    the cycle's CycleRecord as JSON
     out  /diagnostics      diagnostic_msgs/DiagnosticArray   health by thresholds
     both planner/latency_probe  std_msgs/String  loopback pings at start-up, while the

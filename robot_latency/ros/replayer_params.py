@@ -13,6 +13,9 @@ from typing import Any
 
 from robot_latency.ros.param_spec import ParamError, ParamSpec, typed_values
 
+#: How the replayer sends its commands.
+SEND_VIA = ("topic", "action")
+
 #: The bag replayer node's parameters, in declaration order.
 REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("bag", "", "string", "rosbag2 directory, bare .mcap or .jsonl command stream"),
@@ -45,6 +48,14 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("deadline_ms", 0.0, "double",
               "deadline for the receiver-side miss rate (ms); 0: the one the plans carry",
               low=0.0, high=3_600_000.0),
+    ParamSpec("send_via", "topic", "string",
+              "how commands go out: topic (planner/command; with client_log_dir tagged, plans "
+              "read from planner/plan) or action (a planner/plan_command goal each, with "
+              "deadline_ms as the goal's deadline; its result is the plan received)",
+              choices=SEND_VIA),
+    ParamSpec("plan_json", False, "bool",
+              "client edge on the topic: read the JSON envelope on planner/plan_json instead "
+              "of the typed Plan on planner/plan (a planner that publishes only JSON)"),
 )
 
 REPLAYER_NAMES = frozenset(s.name for s in REPLAYER_PARAMS)
@@ -66,6 +77,8 @@ class ReplayerSettings:
     stay_alive: bool
     client_log_dir: Path | None = None
     deadline_ms: float | None = None
+    send_via: str = "topic"
+    plan_json: bool = False
 
 
 def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
@@ -88,4 +101,5 @@ def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
                             stay_alive=v["stay_alive"],
                             client_log_dir=(Path(v["client_log_dir"]).expanduser()
                                             if v["client_log_dir"].strip() else None),
-                            deadline_ms=v["deadline_ms"] or None)
+                            deadline_ms=v["deadline_ms"] or None,
+                            send_via=v["send_via"].strip(), plan_json=v["plan_json"])

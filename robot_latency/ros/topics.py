@@ -18,9 +18,15 @@ COMMAND_TOPIC = "planner/command"
 #: in: robot state text for planner profiles whose prompt has ``{state}``; the latest message
 #: is what the next cycles' prompts carry.
 STATE_TOPIC = "planner/state"
-#: out: the JSON plan envelope, one per cycle (:func:`plan_message`: a refusal is its own
-#: outcome, never a motion).
+#: out: the plan, one per cycle (robot_latency_interfaces/msg/Plan; its ``outcome`` says a
+#: refusal, which is never a motion: :func:`plan_message`).
 PLAN_TOPIC = "planner/plan"
+#: out: the same plan as the JSON envelope (std_msgs/String), what ``planner/plan`` carried
+#: before the typed Plan; kept for one release behind the ``plan_json`` parameter.
+PLAN_JSON_TOPIC = "planner/plan_json"
+#: the action a caller asks for one plan through: a goal per command, feedback while it is
+#: planned, its plan as the result, a cancel (robot_latency_interfaces/action/PlanCommand).
+PLAN_ACTION = "planner/plan_command"
 #: out: the cycle's CycleRecord as JSON.
 CYCLE_TOPIC = "planner/cycle"
 #: out and in: the node's loopback pings at start-up (only while the transport margin is
@@ -43,23 +49,28 @@ class Endpoint:
 
 
 _STRING, _DIAG = "std_msgs/msg/String", "diagnostic_msgs/msg/DiagnosticArray"
+PLAN_TYPE = "robot_latency_interfaces/msg/Plan"
+PLAN_ACTION_TYPE = "robot_latency_interfaces/action/PlanCommand"
 
 #: What a running planner node (plain or managed, active) publishes and subscribes to, besides
 #: rclpy's own (/rosout, /parameter_events) and the lifecycle node's transition events.
 PLANNER_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(COMMAND_TOPIC, _STRING, "sub"),
     Endpoint(STATE_TOPIC, _STRING, "sub"),
-    Endpoint(PLAN_TOPIC, _STRING, "pub"),
+    Endpoint(PLAN_TOPIC, PLAN_TYPE, "pub"),
     Endpoint(CYCLE_TOPIC, _STRING, "pub"),
     Endpoint(DIAGNOSTICS_TOPIC, _DIAG, "pub"),
 )
+
+#: Added while ``plan_json`` is true (the default for this release): the JSON envelope.
+PLAN_JSON_ENDPOINTS: tuple[Endpoint, ...] = (Endpoint(PLAN_JSON_TOPIC, _STRING, "pub"),)
 
 #: Added while the transport margin is measured: the loopback pings, and the node's own plans
 #: received back (the plan topic subscribed to).
 PROBE_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(PROBE_TOPIC, _STRING, "pub"),
     Endpoint(PROBE_TOPIC, _STRING, "sub"),
-    Endpoint(PLAN_TOPIC, _STRING, "sub"),
+    Endpoint(PLAN_TOPIC, PLAN_TYPE, "sub"),
     Endpoint(ACK_TOPIC, _STRING, "sub"),
 )
 

@@ -3,7 +3,7 @@
     python launch_driver.py LAUNCH_FILE WANT_PLANS TIMEOUT_S [name:=value ...]
 
 With WANT_PLANS > 0 the launch is shut down (a Shutdown event, as Ctrl-C in ``ros2 launch``) once
-that many plans arrived on /planner/plan; with 0 it runs until the launch ends by itself (the
+that many plans arrived on /planner/plan_json; with 0 it runs until the launch ends by itself (the
 replay launch ends when the replay is done). Either way it ends at TIMEOUT_S. The last line of
 stdout is JSON: the plans received, ``LaunchService.run``'s return code, and what stopped it.
 Used by test_launch_run.py with the ``launch``/``launch_ros`` of each ROS 2 version on PYTHONPATH.
@@ -40,7 +40,7 @@ def main() -> int:
         with lock:
             plans.append(json.loads(msg.data))
 
-    node.create_subscription(String, "/planner/plan", on_plan,
+    node.create_subscription(String, "/planner/plan_json", on_plan,
                              QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
     # Also a listener on the command topic: a replay launched with min_subscribers:=2 waits until
     # this probe is discovered too, so its plan subscription is matched before plans flow.

@@ -30,8 +30,10 @@ VENDOR = ROOT.parent / "shared" / "vendor" / "ros2_launch"
 #: Kilted's, Humble's (a Jetson's) and rolling's (the Kilted-era API).
 VERSIONS = ("jazzy",) if ros_facts().ros_distro == "jazzy" else ("humble", "rolling")
 DRIVER = Path(__file__).with_name("launch_driver.py")
-#: What colcon needs of the source tree (the package and the ament files it installs).
-SOURCES = ("setup.py", "package.xml", "resource", "launch", "config", "robot_latency")
+#: What colcon needs of the source tree (the package and the ament files it installs, and the
+#: interface package beside it).
+SOURCES = ("setup.py", "package.xml", "resource", "launch", "config", "robot_latency",
+           "robot_latency_interfaces")
 # Domains 1-100 are test_planner_node's and 1-200 the demo's: stay clear of both.
 DOMAIN_ID = random.randint(201, 232)
 SIM = ["engine:=sim", "target_device:=orin-agx-64gb", "period_ms:=100.0", "deadline_ms:=80.0"]
@@ -43,7 +45,9 @@ if not VENDOR.is_dir():
 
 @pytest.fixture(scope="module")
 def install_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """colcon build into a scratch workspace; return the environment of its setup.bash."""
+    """colcon build both packages into a scratch workspace, as the README says (the interface
+    package lies inside the Python package's folder, where colcon's crawl does not look: it is
+    named as a second base path); return the environment of its setup.bash."""
     ws = tmp_path_factory.mktemp("ws")
     src = ws / "src" / "robot_latency"
     src.mkdir(parents=True)
@@ -57,11 +61,19 @@ def install_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     assert colcon.is_file(), f"no colcon next to {sys.executable} (requirements/test.txt)"
     env = {**os.environ, "PATH": f"{colcon.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PYTHONPATH", None)  # build what is in the workspace, not this checkout
+    # ROS 2's pip wheels lie in the venv's prefix (REFERENCE: AMENT_PREFIX_PATH=$VIRTUAL_ENV)
+    prefix = str(Path(sys.executable).parent.parent)
+    for var in ("AMENT_PREFIX_PATH", "CMAKE_PREFIX_PATH"):
+        env[var] = os.pathsep.join(p for p in (env.get(var), prefix) if p)
     built = subprocess.run([str(colcon), "--log-base", str(ws / "log"), "build",
-                            "--base-paths", str(ws / "src"), "--build-base", str(ws / "build"),
-                            "--install-base", str(ws / "install")],
+                            "--base-paths", str(src), str(src / "robot_latency_interfaces"),
+                            "--build-base", str(ws / "build"),
+                            "--install-base", str(ws / "install"),
+                            "--cmake-args", "-DBUILD_TESTING=OFF"],
                            cwd=ws, env=env, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr
+    assert (ws / "install" / "robot_latency_interfaces" / "share" / "robot_latency_interfaces"
+            / "package.xml").is_file(), built.stdout
     lib = ws / "install" / "robot_latency" / "lib" / "robot_latency"
     assert {"planner_node", "bag_replayer", "robot-latency"} <= {p.name for p in lib.iterdir()}
     dump = subprocess.run(["bash", "-c", f"source {ws / 'install' / 'setup.bash'} && env -0"],

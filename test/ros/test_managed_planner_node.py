@@ -58,7 +58,7 @@ class Manager:
         self.pub = self.node.create_publisher(String, "/planner/command", qos)
         self.plans: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.node.create_subscription(String, "/planner/plan", self._plan, qos)
+        self.node.create_subscription(String, "/planner/plan_json", self._plan, qos)
         self.diagnostics: list[tuple[str, int, str]] = []
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, 100)
 

@@ -39,6 +39,9 @@ from robot_latency.ros.planner_node import PlannerNode
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
     CYCLE_TOPIC,
+    PLAN_ACTION,
+    PLAN_ACTION_TYPE,
+    PLAN_JSON_ENDPOINTS,
     PLANNER_ENDPOINTS,
     PROBE_ENDPOINTS,
     STATE_TOPIC,
@@ -147,6 +150,15 @@ class Nodes:
         return {(direction, relative(topic), t) for direction, found in graph.items()
                 for topic, types in found for t in types}
 
+    def action_servers(self, kind: str) -> set[tuple[str, str]]:
+        """Return (action, type) of the action servers the node serves, names made relative."""
+        from rclpy.action import get_action_server_names_and_types_by_node
+
+        ns, name = self.ns[kind], self.name[kind]
+        found = get_action_server_names_and_types_by_node(self.client, name, ns)
+        return {(a[len(ns) + 1:] if a.startswith(f"{ns}/") else a, t)
+                for a, types in found for t in types}
+
     def close(self) -> dict[str, dict[str, Any]]:
         summaries = {"plain": self.nodes["plain"].close()}
         assert self.transition(Transition.TRANSITION_DEACTIVATE)
@@ -199,8 +211,16 @@ def test_same_parameters_with_the_same_descriptors(nodes: Nodes) -> None:
         assert got == want, spec.name
 
 
+def test_both_serve_the_plan_action(nodes: Nodes) -> None:
+    expected = {(PLAN_ACTION, PLAN_ACTION_TYPE)}
+    found = {kind: nodes.wait_for(lambda k=kind: (lambda got: got if expected <= got else None)(
+        nodes.action_servers(k)), 30, f"the {kind} node's action server") for kind in KINDS}
+    assert found["plain"] == found["managed"] == expected
+
+
 def test_same_topics_with_the_same_types(nodes: Nodes) -> None:
-    expected = {(e.direction, e.topic, e.type) for e in (*PLANNER_ENDPOINTS, *PROBE_ENDPOINTS)}
+    expected = {(e.direction, e.topic, e.type)
+                for e in (*PLANNER_ENDPOINTS, *PLAN_JSON_ENDPOINTS, *PROBE_ENDPOINTS)}
 
     def discovered(kind: str) -> set[tuple[str, str, str]] | None:
         try:

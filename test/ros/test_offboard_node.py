@@ -58,7 +58,7 @@ def test_node_starts_without_its_server_reports_error_and_plans_once_it_answers(
         def on_diag(msg: DiagnosticArray) -> None:
             with lock:
                 diagnostics.append(msg)
-        probe.create_subscription(String, "/planner/plan", on_plan, qos)
+        probe.create_subscription(String, "/planner/plan_json", on_plan, qos)
         probe.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 100)
         spin.add(probe)
 

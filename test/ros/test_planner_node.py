@@ -65,7 +65,8 @@ class Probe:
         self.commands: list[str] = []
         self.extra: dict[str, list[str]] = {}
         self.pub = self.node.create_publisher(String, "/planner/command", qos)
-        self.node.create_subscription(String, "/planner/plan", self._add(self.plans, True), qos)
+        self.node.create_subscription(String, "/planner/plan_json", self._add(self.plans, True),
+                                      qos)
         self.node.create_subscription(String, "/planner/cycle", self._add(self.cycles, True),
                                       qos)
         self.node.create_subscription(String, "/planner/command",
@@ -382,7 +383,7 @@ def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_pat
     proc = subprocess.Popen(
         [str(BIN / "planner_node"), "--ros-args", *SIM, "-p", "period_ms:=50.0",
          "-p", "deadline_ms:=40.0", "-p", f"log_dir:={log_dir}",
-         "-r", "__node:=sig_planner", "-r", f"planner/plan:={ns}/plan",
+         "-r", "__node:=sig_planner", "-r", f"planner/plan_json:={ns}/plan",
          "-r", f"planner/command:={ns}/command", "-r", f"planner/cycle:={ns}/cycle"],
         env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -409,7 +410,7 @@ def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_pat
 def test_event_mode_answers_each_command_and_stops_at_max_cycles(probe: Probe,
                                                                  tmp_path: Path) -> None:
     log_dir = tmp_path / "run"
-    plans = probe.listen("/evt/planner/plan")
+    plans = probe.listen("/evt/planner/plan_json")
     pub = probe.node.create_publisher(String, "/evt/planner/command",
                                       QoSProfile(depth=10,
                                                  reliability=ReliabilityPolicy.RELIABLE))
@@ -429,7 +430,7 @@ def test_event_mode_answers_each_command_and_stops_at_max_cycles(probe: Probe,
     records = read_records(log_dir / "cycles.jsonl")
     assert len(records) == 1 and records[0].mode == "event"
     assert records[0].command_arrival_ns == records[0].scheduled_ns  # deadline from arrival
-    probe.wait_for(lambda: plans, 30, "the plan on /evt/planner/plan")
+    probe.wait_for(lambda: plans, 30, "the plan on /evt/planner/plan_json")
     assert json.loads(plans[0])["command_id"] == records[0].command_id
 
 

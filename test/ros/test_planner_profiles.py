@@ -39,9 +39,9 @@ class Client:
         self.state = self.node.create_publisher(String, "/planner/state",
                                                 QoSProfile(depth=1,
                                                            reliability=ReliabilityPolicy.RELIABLE))
-        self.node.create_subscription(String, "/planner/plan", self._on_plan, qos)
+        self.node.create_subscription(String, "/planner/plan_json", self._on_plan, qos)
         spin.wait_for(lambda: self.commands.get_subscription_count() >= 1
-                      and self.node.count_publishers("/planner/plan") >= 1, 30,
+                      and self.node.count_publishers("/planner/plan_json") >= 1, 30,
                       "the planner to be discovered")
 
     def _on_plan(self, msg: String) -> None:

@@ -42,8 +42,10 @@ from robot_latency.ros.client_edge import (
     monotonic_clock_id,
     tag_command,
 )
+from robot_latency.ros.plan_msg import plan_envelope
 from robot_latency.ros.planner_node import PlannerNode
 from robot_latency.ros.topics import ACK_TOPIC
+from robot_latency_interfaces.msg import Plan
 
 MS = 1_000_000
 PERIOD_MS = 500.0
@@ -67,15 +69,14 @@ class Receiver:
         self.lock = threading.Lock()
         self.ticks: list[int] = []
         self.grid_ns = 0  # one tick of the planner's grid (periodic mode)
-        self.node.create_subscription(String, "/planner/plan", self._on_plan, qos)
+        self.node.create_subscription(Plan, "/planner/plan", self._on_plan, qos)
         self.node.create_subscription(String, "/planner/cycle", self._on_cycle, qos)
 
-    def _on_plan(self, msg: String) -> None:
+    def _on_plan(self, msg: Plan) -> None:
         received_ns = self.tracker.clock()  # read first: the callback's own delay is inside
-        cycle = json.loads(msg.data).get("cycle")
-        if isinstance(cycle, int):
-            self.ack.publish(String(data=str(cycle)))
-        self.tracker.received(msg.data, received_ns)
+        if msg.cycle >= 0:
+            self.ack.publish(String(data=str(msg.cycle)))
+        self.tracker.received(plan_envelope(msg), received_ns)
 
     def _on_cycle(self, msg: String) -> None:
         rec = json.loads(msg.data)

@@ -25,8 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from robot_latency.floor.calibration import (
     DEFAULT_SPREAD_REL,
     PrefillPoint,
@@ -37,7 +35,7 @@ from robot_latency.floor.errors import CalibrationError, FloorError, TableError
 from robot_latency.floor.fit import distinct_sizes, fit_two_term
 from robot_latency.floor.modelinfo import PRESETS, ModelFacts, facts_from_preset, quant_bpw
 from robot_latency.floor.predict import TTFTFloor, ttft_floor
-from robot_latency.floor.published_table import scale_to_file
+from robot_latency.floor.published_table import read_table_list, scale_to_file, unique_rows
 from robot_latency.floor.shapes import refusal_reason
 
 __all__ = [
@@ -181,20 +179,8 @@ def load_prefill_table(path: str | Path | None = None) -> list[PrefillRow]:
 @lru_cache(maxsize=4)
 def _load_cached(path: str) -> tuple[PrefillRow, ...]:
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise TableError(f"{p}: cannot read ({err.strerror or err})") from err
-    except yaml.YAMLError as err:
-        raise TableError(f"{p}: not valid YAML ({err})") from err
-    if not isinstance(doc, dict) or not isinstance(doc.get("setups"), list):
-        raise TableError(f"{p}: expected a mapping with a 'setups' list")
-    rows = [r for i, raw in enumerate(doc["setups"]) for r in _setup_rows(p, raw, i)]
-    ids = [r.id for r in rows]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise TableError(f"{p}: duplicate row ids {dupes}")
-    return tuple(rows)
+    return unique_rows(p, [r for i, raw in enumerate(read_table_list(p, "setups"))
+                           for r in _setup_rows(p, raw, i)])
 
 
 def _row_facts(row: PrefillRow) -> ModelFacts:

@@ -185,23 +185,37 @@ def load_table(path: str | Path | None = None) -> list[PublishedRow]:
     return list(_load_cached(str(p)))
 
 
-@lru_cache(maxsize=4)
-def _load_cached(path: str) -> tuple[PublishedRow, ...]:
-    p = Path(path)
+def read_table_list(p: Path, key: str) -> list[Any]:
+    """Return the ``key`` list of the YAML mapping in ``p`` (a published table file).
+
+    Raises:
+        TableError: the file cannot be read, is not YAML, or has no such list (names both).
+    """
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as err:
         raise TableError(f"{p}: cannot read ({err.strerror or err})") from err
     except yaml.YAMLError as err:
         raise TableError(f"{p}: not valid YAML ({err})") from err
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise TableError(f"{p}: expected a mapping with a 'rows' list")
-    rows = [_check_row(p, i, raw) for i, raw in enumerate(doc["rows"])]
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise TableError(f"{p}: expected a mapping with a '{key}' list")
+    return doc[key]
+
+
+def unique_rows(p: Path, rows: list[Any]) -> tuple[Any, ...]:
+    """Return ``rows`` as a tuple; a row id given twice is a TableError naming the file."""
     ids = [r.id for r in rows]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise TableError(f"{p}: duplicate row ids {dupes}")
     return tuple(rows)
+
+
+@lru_cache(maxsize=4)
+def _load_cached(path: str) -> tuple[PublishedRow, ...]:
+    p = Path(path)
+    return unique_rows(p, [_check_row(p, i, raw)
+                           for i, raw in enumerate(read_table_list(p, "rows"))])
 
 
 def not_predicted_reason(row: PublishedRow) -> str | None:

@@ -202,6 +202,33 @@ def read_labels_arg(args: argparse.Namespace, contract: Any) -> Any:
     return None if path is None else read_labels(path, schema=label_schema(contract))
 
 
+def write_target_answer(settings: RunSettings, stream: Any, run_dir: Path, *,
+                        speed: float) -> list[str]:
+    """Run (or load from the cache) the untimed pass of ``stream`` with ``settings`` and write
+    it into ``run_dir`` as ``target.json``, the report's first section; return that section's
+    answer as Markdown lines. A level that cannot be predicted (no local model, an engine that
+    fails) is one warning line: the run's records stay as they are."""
+    from dataclasses import replace
+
+    from robot_latency.floor.errors import FloorError
+    from robot_latency.planner.config import SettingsError
+    from robot_latency.planner.target_inputs import untimed_inputs, write_target_inputs
+    from robot_latency.planner.untimed import UntimedError
+    from robot_latency.report.rundir import load_runs
+    from robot_latency.report.target import simulated_answers
+    from robot_latency.report.target_answer import answer_lines
+
+    try:
+        inputs = untimed_inputs(replace(settings, log_dir=run_dir / ".untimed"), stream,
+                                speed=speed)
+    except (UntimedError, SettingsError, FloorError) as err:
+        sys.stderr.write(f"WARNING: {run_dir}: no target answer: {err}\n")
+        return []
+    write_target_inputs(inputs, run_dir)
+    answers = [a for a in simulated_answers(load_runs([run_dir]), [run_dir]) if a is not None]
+    return answer_lines(answers, curve=False) if answers else []
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from robot_latency.planner.replay import run_replay
     from robot_latency.report.correctness import correctness_markdown, correctness_rows
@@ -233,6 +260,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows = correctness_rows([out])
         if rows[0].correct_n:
             echo("\n" + correctness_markdown(rows))
+    if args.target_answer and not summary.get("interrupted"):
+        lines = write_target_answer(
+            settings_from_args(args, out, stream, engine=args.engine, quant=args.quant,
+                               device=args.device, deadline_ms=args.deadline_ms,
+                               period_ms=args.period_ms, label=args.label),
+            stream, out, speed=args.speed)
+        if lines and not args.json:
+            echo(f"\nOn {args.device}, the loop simulated (target.json; robot-latency report "
+                 f"{out} puts it first):\n\n" + "\n".join(lines))
     if summary.get("interrupted"):
         # Like a shell's 128 + SIGINT: the run stopped early, though its files are complete.
         sys.stderr.write(f"robot-latency run: interrupted after {summary['cycles']} cycles; "
@@ -327,6 +363,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-api", default=_PC.server_api, choices=SERVER_APIS,
                    help="completions: the profile's rendered prompt; chat: its messages (the "
                         "server applies its chat template)")
+    p.add_argument("--target-answer", action="store_true",
+                   help="after the run, an untimed pass of the stream (cached by content hash) "
+                        "and the loop simulated on --device: the report's first section")
     p.add_argument("--hybrid-policy", default=_PC.hybrid_policy, choices=HYBRID_POLICIES,
                    help="engine hybrid: publish the first valid plan, or the server's when it "
                         "is valid by the give-up time")

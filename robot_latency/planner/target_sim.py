@@ -58,8 +58,13 @@ TAIL_CYCLES = 1
 
 def margin_ms(settings: RunSettings) -> float:
     """What the loop keeps before the deadline: the publish margin + the transport margin (a
-    fixed one; give the measured one as ``replace(settings, transport_margin_ms=...)``)."""
-    return settings.publish_margin_ms + max(0.0, settings.transport_margin_ms)
+    fixed one; give the measured one as ``replace(settings, transport_margin_ms=...)``). A
+    learned publish margin (``< 0``) counts at the value a learned one starts from."""
+    from robot_latency.planner.margin import PUBLISH_START_MS
+
+    publish_ms = settings.publish_margin_ms if settings.publish_margin_ms >= 0 \
+        else PUBLISH_START_MS
+    return publish_ms + max(0.0, settings.transport_margin_ms)
 
 
 @dataclass(frozen=True)

@@ -298,8 +298,9 @@ def simulated_answers(runs: Sequence[RunData],
     """Return each run's simulated answer on the target (None where its directory keeps no
     ``target.json``, or a broken one: logged, the report goes on).
 
-    The loop's rules are the run's own (``target.json``), with the transport margin this run
-    measured: the median of its records' ``margin_ns`` less the publish margin.
+    The loop's rules are the run's own (``target.json``), with the margins this run kept: the
+    median of its records' ``margin_ns`` less the publish margin is the transport margin (all
+    of it is the publish margin where that one was learned, as ``run`` learns it).
     """
     from dataclasses import replace
 
@@ -320,8 +321,13 @@ def simulated_answers(runs: Sequence[RunData],
         margins = sorted(r.margin_ns for r in run.records if r.margin_ns)
         rules = inputs.settings
         if margins:
-            measured_ms = margins[len(margins) // 2] / 1e6 - rules.publish_margin_ms
-            rules = replace(rules, transport_margin_ms=max(0.0, measured_ms))
+            kept_ms = margins[len(margins) // 2] / 1e6  # publish + transport, as the run kept
+            if rules.publish_margin_ms >= 0:
+                rules = replace(rules, transport_margin_ms=max(
+                    0.0, kept_ms - rules.publish_margin_ms))
+            else:  # a learned publish margin (the CLI's): all of it is the loop's own
+                rules = replace(rules, publish_margin_ms=kept_ms,
+                                transport_margin_ms=max(0.0, rules.transport_margin_ms))
         found.append((i, (run.label, inputs, rules)))
     out: list[Any] = [None] * len(runs)
     try:
@@ -357,7 +363,7 @@ def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
     missing = [i for i, a in enumerate(answers) if a is None]
     if missing:
         lines += [f"{len(missing)} level(s) have no untimed pass in their run directory "
-                  "(target.json): not simulated.", ""]
+                  "(target.json): not simulated (run or sweep with --target-answer).", ""]
     if plot is not None:
         lines += [f"![Predicted receiver miss rate against deadline on the target]"
                   f"({plot.name})", ""]

@@ -110,3 +110,44 @@ def test_measured_transport_margin_is_taken_from_the_records(tmp_path: Path,
     wide = run._replace(records=[replace(r, margin_ns=52_000_000) for r in run.records])
     a, = simulated_answers([wide], [run_dir])
     assert a.margin_ms == pytest.approx(52.0)
+
+
+def test_a_learned_publish_margin_is_kept_whole(tmp_path: Path, stream_file: Path) -> None:
+    """``run`` learns its publish margin (``publish_margin_ms`` -1): the margin the run kept is
+    the loop's own, not -1 ms more of transport."""
+    run_dir = _run(tmp_path, stream_file, "Q4_0")
+    inputs = json.loads((run_dir / TARGET_FILE).read_text())
+    inputs["loop"]["publish_margin_ms"] = -1.0
+    (run_dir / TARGET_FILE).write_text(json.dumps(inputs))
+    run = load_run(run_dir)
+    kept = run._replace(records=[replace(r, margin_ns=3_000_000) for r in run.records])
+    a, = simulated_answers([kept], [run_dir])
+    assert a.margin_ms == pytest.approx(3.0)
+
+
+def test_run_with_target_answer_writes_and_prints_the_first_section(
+        tmp_path: Path, stream_file: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    common = ["--stream", str(stream_file), "--engine", "sim", "--model", "qwen2.5-0.5b",
+              "--device", "orin-nano-8gb", "--deadline-ms", f"{DEADLINE_MS:g}",
+              "--mode", "event"]
+    assert main(["run", *common, "--quant", "Q4_0", "--runner", "inline", "--asap",
+                 "--target-answer", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (out / TARGET_FILE).is_file()
+    assert "On orin-nano-8gb, the loop simulated" in printed
+    assert "predicted receiver miss" in printed
+    # the report's first section comes from the file the run wrote
+    text = write_report([out], tmp_path / "report").read_text()
+    assert "## On orin-nano-8gb with llamacpp-cuda" in text.split("## Comparison")[0]
+    report, = simulated_answers([load_run(out)], [out])
+    assert report.commands == len(read_stream(stream_file).commands)
+    # a sweep writes one per point
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", *common, "--quants", "Q8_0,Q4_0", "--runner", "inline", "--asap",
+                 "--target-answer", "--out", str(sweep)]) == 0
+    rows = json.loads((sweep / "comparison.json").read_text())["rows"]
+    assert len(rows) == 2
+    assert all(r["target_pred_miss_rate"] is not None for r in rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
+from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.planner.config import MODES, RunSettings
 from robot_latency.report.table import fmt, pct
@@ -110,7 +111,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replay only the first commands of the stream (0: all)")
     p.add_argument("--deadline-ms", type=float, default=defaults.deadline_ms)
     p.add_argument("--period-ms", type=float, default=defaults.period_ms)
-    p.add_argument("--publish-margin-ms", type=float, default=defaults.publish_margin_ms)
+    p.add_argument("--publish-margin-ms", type=float, default=CLI_PUBLISH_MARGIN_MS,
+                   help="ms kept before the deadline for the fallback and the publish; "
+                        "< 0 (default): learned per robot from its loop's own lateness, as "
+                        "run and sweep learn it")
     p.add_argument("--mode", default=defaults.mode, choices=MODES)
     p.add_argument("--json", action="store_true", help="print fleet.json")
     p.set_defaults(func=cmd_fleet)

@@ -190,15 +190,9 @@ def stream_labels_of(stream: Path) -> Any:
     """Return a bag's labels (its ``labels.jsonl``: the shipped streams have one), keyed by its
     command ids, or None when it has none (the bundled action language's schema)."""
     from robot_latency.profiles.actions import plan_json_schema
-    from robot_latency.profiles.labels import default_labels_path, read_labels, stream_labels
-    from robot_latency.streams import read_stream
+    from robot_latency.profiles.labels import labels_of_stream
 
-    path = default_labels_path(stream)
-    if path is None:
-        return None
-    schema = plan_json_schema()
-    return stream_labels(read_stream(stream).commands, schema=schema, source=str(stream),
-                         sidecar=read_labels(path, schema=schema))
+    return labels_of_stream(stream, schema=plan_json_schema())
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,14 @@ class FallbackChain:
         self.dropped = tuple(n for n in names if n not in table)
         self._policies = [(n, table[n]) for n in self.names]
 
+    @classmethod
+    def of_run(cls, names: Sequence[str], *, hold_max_age_ms: float,
+               planning: Any) -> FallbackChain:
+        """The chain a run's loop answers with: ``names`` over ``planning``'s (a profile's
+        :class:`~robot_latency.profiles.profile.Planning`) rule planner and stop plan."""
+        return cls(names, hold_max_age_ms=hold_max_age_ms, rule=planning.rule,
+                   stop_plan=planning.stop_plan)
+
     def answer(self, ctx: FallbackContext) -> tuple[str, Plan]:
         """Return (policy name, plan); a chain without ``stop`` that finds nothing stops anyway."""
         for name, policy in self._policies:

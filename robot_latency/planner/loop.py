@@ -113,9 +113,9 @@ class PlannerLoop:
         self.floor = floor
         self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
-        self.fallback = FallbackChain(config.fallback, hold_max_age_ms=config.hold_max_age_ms,
-                                      rule=self.planning.rule,
-                                      stop_plan=self.planning.stop_plan)
+        self.fallback = FallbackChain.of_run(config.fallback,
+                                             hold_max_age_ms=config.hold_max_age_ms,
+                                             planning=self.planning)
         if self.fallback.dropped:
             log.info("fallback %s left out: profile %s has no rule planner",
                      ",".join(self.fallback.dropped), self.planning.profile.name)

@@ -109,6 +109,10 @@ class TargetAnswer:
     e2e_ms: tuple[float, ...] = ()
     curve: tuple[tuple[float, float, float, float], ...] = ()
     rests_on: dict[str, Any] = field(default_factory=dict)
+    #: the point prediction's commands (asked) whose valid model plan is in time there ...
+    model_in_time_ids: tuple[str, ...] = ()
+    #: ... and those answered by the fallback at the give-up (the rest: skipped, superseded)
+    fallback_ids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -145,7 +149,8 @@ def _factors(rel: tuple[float, float] | None, z: np.ndarray) -> np.ndarray:
     if rel is None:
         return np.ones_like(z)
     lo, hi = math.log1p(max(rel[0], -0.99)), math.log1p(max(rel[1], 0.0))
-    return np.exp(np.where(z < 0, -z * lo / -_Z80, z * hi / _Z80))
+    # z = -1.28 gives the interval's low end (a faster target), z = +1.28 its high end
+    return np.exp(np.where(z < 0, -z * lo / _Z80, z * hi / _Z80))
 
 
 def _wilson(k: np.ndarray, n: int, z: float = Z_95) -> tuple[np.ndarray, np.ndarray]:
@@ -159,15 +164,18 @@ def _wilson(k: np.ndarray, n: int, z: float = Z_95) -> tuple[np.ndarray, np.ndar
 
 
 def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
-         service: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Simulate the loop: (in_time, e2e_ms) of shape (K deadlines, D draws, C commands), and
-    the mask of commands counted (asked)."""
+         service: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Simulate the loop: (in_time, e2e_ms, answered) of shape (K deadlines, D draws, C
+    commands), and the mask of commands counted (asked). ``answered``: the command got a plan
+    of its own by its deadline, the model's in time or the fallback's at the give-up (not
+    skipped, superseded or never planned)."""
     k, d = deadlines.size, service.shape[0]
     c = len(cmds)
     dl = deadlines[:, None]  # (K, 1)
     arrival = np.array([x.arrival_ms for x in cmds])
     asked = np.array([x.asked for x in cmds])
     in_time = np.zeros((k, d, c), dtype=bool)
+    answered = np.zeros((k, d, c), dtype=bool)
     e2e = np.full((k, d, c), np.nan)
     margin = margin_ms(rules)
     if rules.mode == "periodic":
@@ -181,8 +189,9 @@ def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
             planned[newest[newest >= 0]] = True
             ok = service[:, :] <= deadlines[ki] - margin  # (D, C)
             in_time[ki] = ok & planned & asked
+            answered[ki] = planned & asked
             e2e[ki][:, planned & asked] = service[:, planned & asked]
-        return in_time, e2e, asked
+        return in_time, e2e, answered, asked
     free = np.full((k, d), -np.inf)
     for i, x in enumerate(cmds):
         start = np.maximum(x.arrival_ms, free)
@@ -196,15 +205,18 @@ def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
         end = np.where(skipped, start, np.where(done <= give_up, done,
                                                 np.maximum(start, give_up)))
         ok = ~skipped & (done <= give_up)
+        got = ~skipped
         if rules.on_new_command == "preempt" and i + 1 < c:
             nxt = cmds[i + 1].arrival_ms
             superseded = ~skipped & (nxt < end)
             ok &= ~superseded
+            got &= ~superseded
             end = np.where(superseded, nxt, end)
         in_time[:, :, i] = ok
+        answered[:, :, i] = got
         e2e[:, :, i] = np.where(skipped, np.nan, done - x.arrival_ms)
         free = end
-    return in_time, e2e, asked
+    return in_time, e2e, answered, asked
 
 
 def _service(cmds: Sequence[SimCommand], steps: StepPredictor, z_prefill: np.ndarray,
@@ -262,20 +274,24 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         grid = np.array([], dtype=float)
     grid = deadline_grid(cmds, rules) if grid is None else np.asarray(grid, dtype=float)
     deadlines = np.concatenate([[rules.deadline_ms], grid])
-    in_time, e2e, _ = _run(cmds, rules, deadlines, service)
+    in_time, e2e, answered, _ = _run(cmds, rules, deadlines, service)
     miss = (~in_time & counted).sum(axis=2)  # (K, D)
     good = (in_time & valid).sum(axis=2)
+    def spread(lo: np.ndarray, hi: np.ndarray, point: float) -> tuple[float, float]:
+        # the draws' Wilson ends; never an interval that leaves out the point itself
+        return (min(point, float(np.percentile(lo, 2.5))),
+                max(point, float(np.percentile(hi, 97.5))))
+
     if n:
         lo, hi = _wilson(miss.astype(float), n)
         glo, ghi = _wilson(good.astype(float), n)
-        interval = (float(np.percentile(lo[0], 2.5)), float(np.percentile(hi[0], 97.5)))
-        g_interval = (float(np.percentile(glo[0], 2.5)), float(np.percentile(ghi[0], 97.5)))
+        interval = spread(lo[0], hi[0], miss[0, 0] / n)
+        g_interval = spread(glo[0], ghi[0], good[0, 0] / n)
     else:
         interval = g_interval = (0.0, 1.0)
     point_e2e = e2e[0, 0][counted & ~np.isnan(e2e[0, 0])]
-    rows = tuple((float(dl), miss[j + 1, 0] / n, float(np.percentile(lo[j + 1], 2.5)),
-                  float(np.percentile(hi[j + 1], 97.5))) for j, dl in enumerate(grid)) \
-        if n and curve else ()
+    rows = tuple((float(dl), miss[j + 1, 0] / n, *spread(lo[j + 1], hi[j + 1], miss[j + 1, 0] / n))
+                 for j, dl in enumerate(grid)) if n and curve else ()
     return TargetAnswer(
         label=label, device_id=steps.device.id, engine_family=steps.calibration.engine_family,
         deadline_ms=rules.deadline_ms, margin_ms=margin_ms(rules), commands=n,
@@ -286,6 +302,10 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         e2e_p99_ms=float(np.percentile(point_e2e, 99)) if point_e2e.size else None,
         miss_target=miss_target, min_deadline_ms=min_deadline_ms(cmds, rules, miss_target),
         draws=draws, e2e_ms=tuple(float(v) for v in e2e[0, 0][counted]), curve=rows,
+        model_in_time_ids=tuple(x.command_id for x, ok in zip(
+            cmds, in_time[0, 0] & valid, strict=True) if ok),
+        fallback_ids=tuple(x.command_id for x, ok in zip(
+            cmds, answered[0, 0] & ~(in_time[0, 0] & valid), strict=True) if ok),
         rests_on={**steps.describe(), **(rests_on or {})})
 
 
@@ -301,7 +321,7 @@ def min_deadline_ms(cmds: Sequence[SimCommand], rules: RunSettings,
     hi = math.ceil(max(x.service_ms for x in asked) + margin_ms(rules) + 1.0)
     # queueing in event mode makes the rate not quite monotone in the deadline: scan a grid
     grid = np.arange(math.floor(margin_ms(rules)) + 1.0, 2 * hi + step_ms, step_ms)
-    in_time, _, counted = _run(cmds, rules, grid, service)
+    in_time, _, _, counted = _run(cmds, rules, grid, service)
     rate = (~in_time[:, 0, :] & counted).sum(axis=1) / counted.sum()
     ok = np.flatnonzero(rate <= miss_target)
     return float(grid[ok[0]]) if ok.size else None

@@ -16,10 +16,15 @@ first cycle (the cycle that planned it first; re-plans of the same command do no
 ``fallback_goodput_rule`` / ``fallback_goodput_hold``
                             goodput had the fallback been ``rule`` or ``hold`` on every cycle
                             it answered (the model's cycles as they were): the fallback judged
-``target_in_time_rate``     share of those commands the target answer predicts in time there
-                            (the records' ``target_deadline_met_pred``)
-``target_goodput_pred``     ``correct_rate x target_in_time_rate``: the predicted goodput on
-                            the target
+``target_in_time_rate``     share of those commands whose model plan the target answer predicts
+                            in time there
+``target_goodput_pred``     the predicted goodput on the target: with the loop simulated there
+                            (``target.json``), each command's plan on the target judged, the
+                            untimed pass's where its model plan is in time there, the run's
+                            fallback's where it gives up, none where it is skipped or superseded
+                            (``target_basis`` ``simulated``: nothing of this host's speed);
+                            without it, ``correct_rate x`` the records' predicted in-time share
+                            (``records``: this host's plans)
 
 :func:`recommend` names the level to put on the robot: the highest predicted target goodput,
 ties to the smaller file (measured goodput where no target answer exists, said so).
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,13 +46,15 @@ from typing import Any
 
 from robot_latency.planner.fallback import WAIT_STEP_PLAN
 from robot_latency.profiles.actions import STOP_STEP_PLAN, is_refusal
-from robot_latency.profiles.labels import REFUSE_LABEL, LabelSet
+from robot_latency.profiles.labels import REFUSE_LABEL, LabelError, LabelSet
 from robot_latency.profiles.rules import rule_plan_json
 from robot_latency.records import CycleRecord
 from robot_latency.report.client import read_client_rows
 from robot_latency.report.rundir import RunData, load_run, model_field
 from robot_latency.report.table import markdown_table, pct, rate_ci
 from robot_latency.stats import wilson_interval
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RULE", "CorrectnessRow", "correctness_for", "correctness_markdown", "correctness_rows",
            "judge_records", "level_correctness", "recommend", "write_correctness_json"]
@@ -84,6 +92,7 @@ class CorrectnessRow:
     better_fallback: str | None = None
     target_in_time_rate: float | None = None
     target_goodput_pred: float | None = None
+    target_basis: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a JSON-ready dict."""
@@ -135,9 +144,57 @@ def _on_time(records: Sequence[CycleRecord], client: Sequence[Mapping[str, Any]]
     return {str(r.command_id): r.deadline_met for r in records}, "publish"
 
 
+def _target_goodput(firsts: Sequence[CycleRecord], answer: Any, inputs: Any,
+                    labels: LabelSet | None) -> tuple[float, float] | None:
+    """(model plans in time, goodput) on the target over ``firsts``, from the simulated
+    ``answer`` and its ``inputs`` (the untimed pass); None where the plans cannot be judged."""
+    from robot_latency.planner.fallback import FallbackChain, FallbackContext
+    from robot_latency.profiles.labels import label_schema, labels_of_stream
+    from robot_latency.profiles.profile import load_planning
+    from robot_latency.profiles.profile_file import ProfileError
+    from robot_latency.streams import StreamError
+
+    try:
+        planning = load_planning(inputs.untimed.profile)
+    except ProfileError as err:
+        log.warning("target goodput of %s: %s", answer.label, err)
+        return None
+    if labels is None:
+        try:
+            labels = labels_of_stream(inputs.stream.source,
+                                      schema=label_schema(planning.contract))
+        except (LabelError, StreamError) as err:
+            log.warning("target goodput of %s: %s", answer.label, err)
+            return None
+    if labels is None or not firsts:
+        return None
+    chain = FallbackChain.of_run(inputs.settings.fallback,
+                                 hold_max_age_ms=inputs.settings.hold_max_age_ms,
+                                 planning=planning)
+    texts = {c.command_id: c.text for c in inputs.stream.commands}
+    untimed = inputs.untimed.by_id()
+    model_ids, fallback_ids = set(answer.model_in_time_ids), set(answer.fallback_ids)
+    in_time = good = 0
+    for rec in firsts:
+        cid = str(rec.command_id)
+        label, u = labels.lookup(cid, texts.get(cid)), untimed.get(cid)
+        if label is None or u is None or not u.asked:
+            # refused before the model: the loop's own answer, the same on any host
+            good += bool(rec.plan_correct)
+        elif cid in model_ids:
+            in_time += 1
+            good += bool(label.judge(u.plan))
+        elif cid in fallback_ids:
+            _, plan = chain.answer(FallbackContext(texts.get(cid), now_ns=0))
+            good += bool(label.judge(plan))
+    return in_time / len(firsts), good / len(firsts)
+
+
 def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | None = None,
-                      labels: LabelSet | None = None) -> CorrectnessRow:
-    """Return one run's correctness and goodput (see the module)."""
+                      labels: LabelSet | None = None,
+                      target: tuple[Any, Any] | None = None) -> CorrectnessRow:
+    """Return one run's correctness and goodput (see the module); ``target``: the run's
+    simulated answer on the target and its inputs (``target.json``)."""
     records = judge_records(run.records, labels) if labels is not None else list(run.records)
     firsts = _first_cycles(records)
     on_time, where = _on_time(firsts, client)
@@ -169,9 +226,17 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
     better = None
     if alt:
         better = max(("rule", "hold"), key=lambda p: (alt[p] or 0.0, p == "rule"))
-    preds = [r.target_deadline_met_pred for r in firsts if r.target_deadline_met_pred is not None]
-    in_time = _rate(sum(1 for p in preds if p), len(preds))
     correct_rate = _rate(len(good), n)
+    simulated = None if target is None else _target_goodput(firsts, *target, labels)
+    if simulated is not None:
+        (in_time, target_goodput), basis = simulated, "simulated"
+    else:
+        preds = [r.target_deadline_met_pred for r in firsts
+                 if r.target_deadline_met_pred is not None]
+        in_time = _rate(sum(1 for p in preds if p), len(preds))
+        target_goodput = correct_rate * in_time if correct_rate is not None \
+            and in_time is not None else None
+        basis = "records" if target_goodput is not None else None
     return CorrectnessRow(
         label=run.label, quant=model_field(run, "quant"),
         model_bytes=model_field(run, "bytes") or model_field(run, "size_bytes"),
@@ -187,34 +252,49 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
         in_domain_refuse_rate=_rate(sum(1 for r in domain if is_refusal(r.plan)), len(domain)),
         fallback_goodput_rule=alt.get("rule"), fallback_goodput_hold=alt.get("hold"),
         better_fallback=better, target_in_time_rate=in_time,
-        target_goodput_pred=(correct_rate * in_time if correct_rate is not None
-                             and in_time is not None else None))
+        target_goodput_pred=target_goodput, target_basis=basis)
 
 
 def correctness_rows(run_dirs: Sequence[str | os.PathLike[str]], *,
                      labels: LabelSet | None = None) -> list[CorrectnessRow]:
     """Read run directories and return one :class:`CorrectnessRow` each, in order."""
-    rows = []
-    for d in run_dirs:
-        client = read_client_rows(d) if (Path(d) / "client.jsonl").exists() else None
-        rows.append(level_correctness(load_run(d), client=client, labels=labels))
-    return rows
+    return correctness_for([load_run(d) for d in run_dirs], run_dirs, labels=labels,
+                           keep_unlabelled=True)
+
+
+def _targets(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]]
+             ) -> list[tuple[Any, Any] | None]:
+    """Each run's simulated answer on the target and its inputs (None without ``target.json``)."""
+    from robot_latency.planner.target_inputs import read_target_inputs
+    from robot_latency.planner.untimed import UntimedError
+    from robot_latency.report.target import simulated_answers
+
+    out: list[tuple[Any, Any] | None] = []
+    for answer, d in zip(simulated_answers(runs, run_dirs), run_dirs, strict=True):
+        try:
+            inputs = read_target_inputs(d) if answer is not None else None
+        except UntimedError:  # simulated_answers logged it
+            inputs = None
+        out.append(None if inputs is None else (answer, inputs))
+    return out
 
 
 def correctness_for(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]], *,
                     labels: LabelSet | None = None,
-                    comparison: str | os.PathLike[str] | None = None) -> list[CorrectnessRow]:
-    """Return the loaded runs' correctness rows, or [] when no command of any run is labelled.
+                    comparison: str | os.PathLike[str] | None = None,
+                    keep_unlabelled: bool = False) -> list[CorrectnessRow]:
+    """Return the loaded runs' correctness rows, or [] when no command of any run is labelled
+    (``keep_unlabelled``: the rows anyway).
 
     With ``comparison`` (a ``comparison.json``), its document gains ``"correctness"``: the
     rows, the rule and the level it names, and ``correctness.json`` is written beside it.
     """
     rows = []
-    for run, d in zip(runs, run_dirs, strict=True):
+    for run, d, target in zip(runs, run_dirs, _targets(runs, run_dirs), strict=True):
         client = read_client_rows(d) if (Path(d) / "client.jsonl").exists() else None
-        rows.append(level_correctness(run, client=client, labels=labels))
+        rows.append(level_correctness(run, client=client, labels=labels, target=target))
     if not any(r.correct_n for r in rows):
-        return []
+        return rows if keep_unlabelled else []
     if comparison is not None:
         path = Path(comparison)
         doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -236,9 +316,14 @@ def recommend(rows: Sequence[CorrectnessRow]) -> tuple[CorrectnessRow | None, st
         (r.target_goodput_pred if basis.startswith("predicted") else r.goodput_rate) or 0.0,
         -(r.model_bytes or 0)))
     value = best.target_goodput_pred if basis.startswith("predicted") else best.goodput_rate
-    why = (f"{best.label}: {basis} {pct(value)} is the highest (rule: {RULE}"
-           + ("" if basis.startswith("predicted") else "; no target answer, so measured here")
-           + ")")
+    if not basis.startswith("predicted"):
+        note = "; no target answer, so measured here"
+    elif best.target_basis == "simulated":
+        note = "; each plan judged as the loop simulated on the target gives it"
+    else:
+        note = ("; from this host's plans, as no untimed pass was run (demo, or run and sweep "
+                "with --target-answer)")
+    why = f"{best.label}: {basis} {pct(value)} is the highest (rule: {RULE}{note})"
     return best, why
 
 

@@ -71,7 +71,7 @@ def answer_table(answers: Sequence[TargetAnswer]) -> list[str]:
              f"{_pct(a.miss_rate)} {_iv(a.miss_interval)}",
              f"{_pct(a.model_in_time_rate)} {_iv(a.model_in_time_interval)}",
              "-" if a.e2e_p50_ms is None else f"{a.e2e_p50_ms:.1f} / {a.e2e_p99_ms:.1f}",
-             f"{a.deadline_ms:g} (margins {a.margin_ms:g})",
+             f"{a.deadline_ms:g} (margins {a.margin_ms:.1f})",
              "-" if a.min_deadline_ms is None else f"{a.min_deadline_ms:g}"]
             for a in answers]
     header = ["level", "commands", "predicted receiver miss [95%]",

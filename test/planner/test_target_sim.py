@@ -125,6 +125,12 @@ def test_interval_holds_the_point_and_the_curve_falls() -> None:
     a = target_answer("Q4_0", cmds, steps, inputs.settings, draws=300)
     lo, hi = a.miss_interval
     assert lo <= a.miss_rate <= hi and hi - lo > 0.0
+    glo, ghi = a.model_in_time_interval
+    assert glo <= a.model_in_time_rate <= ghi
+    # every deadline of the curve: the draws' ends never leave out the point itself (at a
+    # point of 0 or 1 they did, e.g. 0.0% [0.9, 33.6])
+    for _dl, point, plo, phi in a.curve:
+        assert plo <= point <= phi
     rates = [r for _, r, _, _ in a.curve]
     assert rates[0] == 1.0 and rates[-1] == 0.0
     assert all(x >= y for x, y in itertools.pairwise(rates))  # no queueing here
@@ -189,3 +195,18 @@ def test_a_stream_command_missing_from_the_pass_is_named() -> None:
 
     with pytest.raises(UntimedError, match="extra:1"):
         sim_commands(other, inputs.untimed, inputs.predictor())
+
+
+
+def test_the_draws_spread_both_ways_around_the_point() -> None:
+    """A draw at the 10% quantile is the interval's low end (faster), at the 90% its high end;
+    half the draws are faster than the point (the low side once came out slower too)."""
+    import numpy as np
+
+    from robot_latency.planner.target_sim import _factors
+
+    z80 = 1.2815515655446004
+    f = _factors((-0.25, 0.5), np.array([-z80, 0.0, z80]))
+    assert f == pytest.approx([0.75, 1.0, 1.5])
+    draws = _factors((-0.25, 0.5), np.random.default_rng(0).standard_normal(2000))
+    assert 0.45 < float(np.mean(draws < 1.0)) < 0.55

@@ -133,3 +133,59 @@ def test_late_correct_plans_are_not_goodput_and_no_labels_names_nothing() -> Non
 def test_rows_from_directories(tmp_path: Path) -> None:
     rows = correctness_rows([_run(tmp_path, "roomy", 200.0)])
     assert rows[0].label == "roomy" and rows[0].correct_n == 4
+
+
+def _timed_with_target(tmp_path: Path, name: str, host_device: str, efficiency: float) -> Path:
+    """A replay of the labelled stream on a host of the given speed, with its target.json."""
+    from robot_latency.planner.target_inputs import untimed_inputs, write_target_inputs
+
+    path = tmp_path / "labelled.jsonl"
+    if not path.exists():
+        path.write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    stream = read_stream(path)
+    settings = RunSettings(
+        period_ms=300, deadline_ms=200.0, mode="event", log_dir=tmp_path / name,
+        engine="sim", runner="inline",
+        engine_options={"device": host_device, "seed": 1, "efficiency": efficiency},
+        model="qwen2.5-0.5b", quant="Q4_K_M", target_device="orin-nano-8gb", label=name)
+    cfg, _ = resolve_run(settings)
+    labels = stream_labels(stream.commands, schema=plan_json_schema(), source=str(path))
+    with PlannerRun(cfg, publish=lambda e: None, clock=ScriptedClock(start_ns=5 * 10**9),
+                    labels=labels) as run:
+        replay(run.loop, stream, tail_cycles=0)
+        run.close()
+    write_target_inputs(untimed_inputs(settings, stream, cache_dir=tmp_path / "cache"),
+                        tmp_path / name)
+    return tmp_path / name
+
+
+def test_the_predicted_target_goodput_does_not_depend_on_this_hosts_speed(
+        tmp_path: Path) -> None:
+    fast = _timed_with_target(tmp_path, "fast", "orin-agx-64gb", 0.5)
+    slow = _timed_with_target(tmp_path, "slow", "orin-nano-4gb", 0.001)
+    rows = correctness_rows([fast, slow])
+    by = {r.label: r for r in rows}
+    # the hosts differ: the slow one's every plan is the fallback's
+    assert by["slow"].n_model == 0 and by["fast"].n_model > 0
+    # ... the target's answer does not: the same untimed pass, the same simulated loop
+    for r in rows:
+        assert r.target_basis == "simulated" and r.target_goodput_pred is not None
+    assert by["fast"].target_goodput_pred == by["slow"].target_goodput_pred
+    assert by["fast"].target_in_time_rate == by["slow"].target_in_time_rate
+    best, why = recommend(rows)
+    assert best is not None and "simulated on the target" in why
+    # this host's plans do not enter it: wrong ones here change the measured, not the target's
+    from dataclasses import replace
+
+    from robot_latency.planner.target_inputs import read_target_inputs
+    from robot_latency.report.target import simulated_answers
+
+    run = load_run(slow)
+    wrong = run._replace(records=[replace(r, plan_correct=False) if r.plan_correct else r
+                                  for r in run.records])
+    answer, = simulated_answers([wrong], [slow])
+    target = (answer, read_target_inputs(slow))
+    row = level_correctness(wrong, target=target)
+    assert row.correct_rate < by["slow"].correct_rate
+    assert row.target_goodput_pred == by["slow"].target_goodput_pred
+    assert level_correctness(wrong).target_basis != "simulated"

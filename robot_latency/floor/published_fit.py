@@ -3,9 +3,11 @@
 Where the data supports it, the per-step overhead differs by device and by engine build: rows
 that share a *setup* (one source's engine build on one device in one power mode) are fitted
 together (scope ``setup``); a device without such a setup borrows the rows of the family on that
-device (scope ``device``), and a device without rows the family's rows on every device (scope
-``family``). A model the same source measured in other setups too moves its prediction by the
-share its step time sat above or below those setups' fits (``model_adjustment``).
+device (scope ``device``), a device without rows the family's rows on the same module's other
+power modes (scope ``module``: AGX Orin, Orin NX, Orin Nano, each row against its own mode's
+floor), and a module without rows the family's rows on every device (scope ``family``). A model
+the same source measured in other setups too moves its prediction by the share its step time sat
+above or below those setups' fits (``model_adjustment``).
 ``family_interval`` states a prediction's 80% interval from the leave-one-out residuals of the
 family's rows. The rows themselves come
 from :mod:`robot_latency.floor.published_table`.
@@ -28,6 +30,7 @@ from robot_latency.floor.calibration import (
     calibrate_points,
     check_engine_family,
 )
+from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import CalibrationError
 from robot_latency.floor.fit import distinct_sizes
 from robot_latency.floor.modelinfo import PRESETS
@@ -92,6 +95,28 @@ def _by_setup(rows: Sequence[PublishedRow]) -> dict[str, list[PublishedRow]]:
     return groups
 
 
+def _module_devices(device_id: str) -> set[str]:
+    """The other power modes and memory sizes of ``device_id``'s module (its datasheet
+    family: AGX Orin, Orin NX, Orin Nano), without ``device_id`` itself."""
+    sheet = DEVICES.get(device_id)
+    if sheet is None or not sheet.family:
+        return set()
+    return {d for d, s in DEVICES.items() if s.family == sheet.family and d != device_id}
+
+
+def _module_rows(rows: Sequence[PublishedRow], device_id: str) -> list[PublishedRow]:
+    """The rows measured on the same module as ``device_id`` in its other power modes, each
+    against its own mode's floor."""
+    others = _module_devices(device_id)
+    return [r for r in rows if r.device in others]
+
+
+def _module_note(rows: Sequence[PublishedRow], device_id: str) -> str:
+    devices = sorted({r.device for r in rows})
+    return (f"no row of the family on {device_id}: fitted on the same module's other modes "
+            f"({', '.join(devices)}; each row against its own mode's floor)")
+
+
 def _setup_overheads(rows: Sequence[PublishedRow], family: str) -> list[float]:
     """Fitted overheads of the family's setups that cover two model sizes."""
     out = []
@@ -113,7 +138,9 @@ def table_calibration(engine_family: str, device_id: str, *,
     best-documented setup on the device: clocks locked, power mode stated, newest build) when
     they cover two model sizes (scope ``setup``); one size of that setup with the overhead held
     at the median of the family's other setups (scope ``setup``, noted); every row of the family
-    on the device (``device``); every row of the family (``family``). Rows the floor cannot
+    on the device (``device``); where the device has none, the family's rows on the same
+    module's other power modes (``module``; one size there with the overhead held as for a
+    setup); every row of the family (``family``). Rows the floor cannot
     predict (``not_predicted_reason``) are never used. The interval is the family's
     (``family_interval``). With no ``setup`` named, a flagged source cannot alone set the
     answer (``published_sources``: its rows are set aside while other sources' remain; named in
@@ -160,8 +187,10 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
     aside = [s for s in sorted(flagged) if s in here]
     cal = _ladder_fit(family, device_id, table, mine, setup,
                       tuple(f"set aside {s}: {checks[s].reason}" for s in aside))
-    if cal.scope == "family" and flagged:
-        aside = sorted(flagged)
+    if cal.scope in ("module", "family") and flagged:
+        pool = flagged if cal.scope == "family" else flagged & {
+            r.source for r in table if r.device in _module_devices(device_id)}
+        aside = sorted(pool | set(aside))
         cal = replace(cal, notes=(*cal.notes, *(f"set aside {s}: {checks[s].reason}"
                                                 for s in aside if s not in here)))
     used = {r.id: r.source for r in mine}
@@ -192,6 +221,18 @@ def _ladder_fit(family: str, device_id: str, table: Sequence[PublishedRow],
     if len(here) >= 2 and _sizes(here) >= 2:
         return calibrate_points([row_point(r) for r in here], engine_family=family,
                                 device_id=device_id, scope="device", source=source, notes=aside)
+    module = _module_rows(mine, device_id) if not here else []
+    if len(module) >= 2 and _sizes(module) >= 2:
+        return calibrate_points([row_point(r) for r in module], engine_family=family,
+                                device_id=device_id, scope="module", source=source,
+                                notes=(_module_note(module, device_id), *aside))
+    if module and overheads:
+        return calibrate_points([row_point(r) for r in module], engine_family=family,
+                                device_id=device_id, scope="module", source=source,
+                                fixed_overhead_ms=statistics.median(overheads), quiet=True,
+                                notes=(_module_note(module, device_id), "overhead held at the "
+                                       f"median of the family's {len(overheads)} other setups",
+                                       *aside))
     if len(mine) >= 2 and _sizes(mine) >= 2:
         devices = sorted({r.device for r in mine})
         return calibrate_points(

@@ -156,6 +156,18 @@ _PRESET_ROWS: tuple[tuple[Any, ...], ...] = (
     ("qwen3-8b", "Qwen3-8B", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, False, 40960),
     ("gemma-3-1b", "Gemma-3-1B", "gemma3", 26, 1152, 4, 1, 256, 6912, 262144, True, 32768),
     ("gemma-3-4b", "Gemma-3-4B", "gemma3", 34, 2560, 8, 4, 256, 10240, 262208, True, 131072),
+    # DeepSeek-R1-Distill-Qwen-14B and -32B are fine-tunes of Qwen2.5-14B and -32B with their
+    # shapes: the base models' config.json files as copied in
+    # github.com/citsjtu2020/LLM-Prof/blob/8434c8d/sglang/Model_Config.md (Qwen2.5-14B: 48
+    # layers, 5120, 40/8 heads, ffn 13824, vocab 152064, untied, 131072 positions; Qwen2.5-32B: 64
+    # layers, ffn 27648, the rest the same). The counts below reproduce the distilled checkpoints'
+    # own exactly: 32,763,876,352 (the Hugging Face API's safetensors total for
+    # deepseek-ai/DeepSeek-R1-Distill-Qwen-32B) and 14,770,033,664 (llama.cpp's n_params for
+    # Qwen2.5-14B GGUFs; llama-bench prints 14.77 B and 32.76 B for the distilled files).
+    ("deepseek-r1-distill-qwen-14b", "DeepSeek-R1-Distill-Qwen-14B", "qwen2", 48, 5120, 40, 8,
+     128, 13824, 152064, False, 131072),
+    ("deepseek-r1-distill-qwen-32b", "DeepSeek-R1-Distill-Qwen-32B", "qwen2", 64, 5120, 40, 8,
+     128, 27648, 152064, False, 131072),
 )
 
 PRESETS: dict[str, ModelShape] = {row[0]: _shape(*row) for row in _PRESET_ROWS}

@@ -271,7 +271,9 @@ def test_predict_says_where_prefill_and_decode_come_from(
                  "--prompt-tokens", "512"]) == 0
     out = capsys.readouterr().out
     assert "prefill calibrated" in out and "floor" in out
-    assert "rests on       holohub" in out and "set aside      jetpack-nixos" in out
+    # AGX Orin answers from its best-documented setup (power mode stated: MLLMs, MAXN), the
+    # flagged jetpack-nixos set aside
+    assert "rests on       MLLMs" in out and "set aside      jetpack-nixos" in out
     js = _json(capsys, "predict", "--device", "orin-agx-64gb", "--model", "llama-3.2-1b",
                "--prompt-tokens", "512", "--json")
     assert js["prefill_calibrated"] and js["ttft_pred_ms"] >= js["ttft_floor_ms"]

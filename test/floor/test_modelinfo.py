@@ -358,6 +358,10 @@ REFERENCE_PARAMS = {
     "qwen3-8b": 8.19e9,
     "gemma-3-1b": 1.0e9,
     "gemma-3-4b": 3.88e9,
+    # The distilled checkpoints' own counts (Hugging Face API for the 32B; llama.cpp's n_params
+    # for the 14B's Qwen2.5-14B shape).
+    "deepseek-r1-distill-qwen-14b": 14.77e9,
+    "deepseek-r1-distill-qwen-32b": 32.76e9,
 }
 
 
@@ -375,6 +379,8 @@ def test_preset_params_within_2_percent(preset_id: str, params: float) -> None:
 def test_preset_exact_counts() -> None:
     assert PRESETS["llama-3-8b"].param_count() == 8_030_261_248  # the HF checkpoint's count
     assert PRESETS["qwen2.5-0.5b"].param_count() == 494_032_768
+    assert PRESETS["deepseek-r1-distill-qwen-32b"].param_count() == 32_763_876_352
+    assert PRESETS["deepseek-r1-distill-qwen-14b"].param_count() == 14_770_033_664
 
 
 def test_preset_bytes_hand_worked_tied_f16() -> None:

@@ -89,3 +89,25 @@ def test_device_stability_reports_every_device_and_source() -> None:
         for m in d["models"].values():
             assert set(m["itl_ms"]) == {"(none)", *out["sources"]}
     assert out["max_ratio"] == max(d["max_ratio"] for d in out["devices"].values())
+
+
+SMOLHUB = "smolhub tiny-LLM benchmark (Orin Nano Super, llama.cpp, 4 power modes)"
+
+
+def test_a_device_without_rows_answers_from_its_module_before_the_family() -> None:
+    table = load_table()
+    # without smolhub the Orin Nano Super's 25W mode has no row: its answer is the same module's
+    # other modes (tiny_agent's MAXN_SUPER row, each row against its own mode's floor), not the
+    # family's rows on every module
+    without = [r for r in table if r.source != SMOLHUB]
+    cal = table_calibration("llamacpp-cuda", "orin-nano-8gb-super-25w", rows=without)
+    nano = {r.id for r in without if r.engine_family == "llamacpp-cuda"
+            and r.device.startswith("orin-nano") and not_predicted_reason(r) is None}
+    assert cal.scope == "module" and set(cal.basis) == nano
+    assert any("same module" in n for n in cal.notes)
+    # AGX Orin 32GB has no row: the AGX Orin 64GB rows answer, the flagged source set aside
+    agx = table_calibration("llamacpp-cuda", "orin-agx-32gb")
+    assert agx.scope == "module" and NIXOS in agx.set_aside and NIXOS not in agx.sources
+    assert agx.basis and all(b.startswith(("holohub-", "mllms-")) for b in agx.basis)
+    # a module with no predictable row of the family still falls to the family's rows
+    assert table_calibration("llamacpp-cuda", "thor-t5000").scope == "family"

@@ -144,29 +144,41 @@ def _on_time(records: Sequence[CycleRecord], client: Sequence[Mapping[str, Any]]
     return {str(r.command_id): r.deadline_met for r in records}, "publish"
 
 
+def _planning_of(inputs: Any) -> Any:
+    """The profile an untimed pass ran under, ready for the loop; None (logged) if gone."""
+    from robot_latency.profiles.profile import load_planning
+    from robot_latency.profiles.profile_file import ProfileError
+
+    try:
+        return load_planning(inputs.untimed.profile)
+    except ProfileError as err:
+        log.warning("untimed pass %s: %s", inputs.untimed.key[:12], err)
+        return None
+
+
+def _labels_of(inputs: Any, planning: Any) -> LabelSet | None:
+    """The labels of the stream an untimed pass ran (its commands' own and its bag's
+    ``labels.jsonl``); None without any, or (logged) where the stream cannot be read."""
+    from robot_latency.profiles.labels import label_schema, labels_of_stream
+    from robot_latency.streams import StreamError
+
+    try:
+        return labels_of_stream(inputs.stream.source, schema=label_schema(planning.contract))
+    except (LabelError, StreamError) as err:
+        log.warning("labels of %s: %s", inputs.stream.source, err)
+        return None
+
+
 def _target_goodput(firsts: Sequence[CycleRecord], answer: Any, inputs: Any,
                     labels: LabelSet | None) -> tuple[float, float] | None:
     """(model plans in time, goodput) on the target over ``firsts``, from the simulated
     ``answer`` and its ``inputs`` (the untimed pass); None where the plans cannot be judged."""
     from robot_latency.planner.fallback import FallbackChain, FallbackContext
-    from robot_latency.profiles.labels import label_schema, labels_of_stream
-    from robot_latency.profiles.profile import load_planning
-    from robot_latency.profiles.profile_file import ProfileError
-    from robot_latency.streams import StreamError
 
-    try:
-        planning = load_planning(inputs.untimed.profile)
-    except ProfileError as err:
-        log.warning("target goodput of %s: %s", answer.label, err)
-        return None
-    if labels is None:
-        try:
-            labels = labels_of_stream(inputs.stream.source,
-                                      schema=label_schema(planning.contract))
-        except (LabelError, StreamError) as err:
-            log.warning("target goodput of %s: %s", answer.label, err)
-            return None
-    if labels is None or not firsts:
+    planning = _planning_of(inputs)
+    if labels is None and planning is not None:
+        labels = _labels_of(inputs, planning)
+    if planning is None or labels is None or not firsts:
         return None
     chain = FallbackChain.of_run(inputs.settings.fallback,
                                  hold_max_age_ms=inputs.settings.hold_max_age_ms,
@@ -176,7 +188,7 @@ def _target_goodput(firsts: Sequence[CycleRecord], answer: Any, inputs: Any,
     model_ids, fallback_ids = set(answer.model_in_time_ids), set(answer.fallback_ids)
     in_time = good = 0
     for rec in firsts:
-        cid = str(rec.command_id)
+        cid = str(rec.command_id).split("@", 1)[0]  # a ROS run tags its sends: id@n
         label, u = labels.lookup(cid, texts.get(cid)), untimed.get(cid)
         if label is None or u is None or not u.asked:
             # refused before the model: the loop's own answer, the same on any host
@@ -239,7 +251,7 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
         basis = "records" if target_goodput is not None else None
     return CorrectnessRow(
         label=run.label, quant=model_field(run, "quant"),
-        model_bytes=model_field(run, "bytes") or model_field(run, "size_bytes"),
+        model_bytes=model_field(run, "weight_bytes_total"),
         correct_n=n, correct_rate=correct_rate, correct_ci95=wilson_interval(len(good), n),
         goodput_rate=_rate(len(timely), n), goodput_ci95=wilson_interval(len(timely), n),
         on_time_at=where,
@@ -292,7 +304,12 @@ def correctness_for(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLik
     rows = []
     for run, d, target in zip(runs, run_dirs, _targets(runs, run_dirs), strict=True):
         client = read_client_rows(d) if (Path(d) / "client.jsonl").exists() else None
-        rows.append(level_correctness(run, client=client, labels=labels, target=target))
+        here = labels
+        if here is None and target is not None and not any(r.label_kind for r in run.records):
+            # a run whose loop saw only text (a ROS node): the labels of the stream it replayed
+            planning = _planning_of(target[1])
+            here = _labels_of(target[1], planning) if planning is not None else None
+        rows.append(level_correctness(run, client=client, labels=here, target=target))
     if not any(r.correct_n for r in rows):
         return rows if keep_unlabelled else []
     if comparison is not None:

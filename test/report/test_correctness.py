@@ -105,7 +105,7 @@ def _rec(cycle: int, cid: str, *, correct: bool | None, kind: str | None,
 def _level(label: str, nbytes: int, correct: list[bool], met: list[bool]) -> RunData:
     recs = [_rec(i, f"c{i}", correct=c, kind="goto", met_pred=m)
             for i, (c, m) in enumerate(zip(correct, met, strict=True))]
-    return RunData(label, recs, {"model": {"quant": label, "bytes": nbytes}})
+    return RunData(label, recs, {"model": {"quant": label, "weight_bytes_total": nbytes}})
 
 
 def test_the_level_named_is_the_highest_predicted_target_goodput_ties_to_smaller() -> None:
@@ -133,6 +133,8 @@ def test_late_correct_plans_are_not_goodput_and_no_labels_names_nothing() -> Non
 def test_rows_from_directories(tmp_path: Path) -> None:
     rows = correctness_rows([_run(tmp_path, "roomy", 200.0)])
     assert rows[0].label == "roomy" and rows[0].correct_n == 4
+    # the size ties are broken by, read from the manifest the run wrote (it was always None)
+    assert rows[0].model_bytes and rows[0].model_bytes > 100 * 2**20
 
 
 def _timed_with_target(tmp_path: Path, name: str, host_device: str, efficiency: float) -> Path:

@@ -459,7 +459,8 @@ def _kill_once(args: argparse.Namespace, server: LocalServer, stream_path: Path,
         tail = " | ".join(err.read_text(errors="replace").strip().splitlines()[-8:])
         raise RuntimeError(f"{' '.join(cmd)} exited with {rc}: {tail}")
     summary = json.loads(out.read_text())
-    row = run_summary(read_records(run_dir / "cycles.jsonl"), killer.done, asked=args.kills)
+    row = run_summary(read_records(run_dir / "cycles.jsonl"), killer.done, asked=args.kills,
+                      drill=killer.at_end())
     # The run's own count beside the records': the same cycles, the same misses.
     row["run_summary"] = {k: summary.get(k) for k in ("cycles", "deadline_misses",
                                                       "deadline_miss_rate")}

@@ -10,12 +10,16 @@ What the server was doing at the kill comes from its own log, read as it grows:
 - llama.cpp's timing line (``total time =``) is written when its generation ends (finished, or
   its client gone).
 
-A request begun and not ended when the server died was in flight at the kill: the kill landed
-mid-request. (A request whose client leaves while it still waits for the lock ends with no
-timing line; the counts start again at every restart, so such a request skews one life at most.
-With one robot and ``--interrupt_requests false`` a request waits only behind one its client
-gave up on.) The run's records (the run is the CLI's, in a process of its own) say which cycle
-was running then and how it ended: both stamp ``time.perf_counter_ns``, the system-wide
+One robot asks one request at a time, so the last of these lines says what the server was
+doing: a request taken and not ended when it died was in flight at the kill, the kill landed
+mid-request. (Not the count of lines: in a drill one more request began than ended, beside a
+cycle given up at its deadline; a request whose client leaves before its generation starts
+writes no timing line.) A
+request still on its way to the server, or waiting behind one its client gave up on, is
+not the last line; the record of the cycle running at the kill shows it.
+
+The run's records (the run is the CLI's, in a process of its own) say which cycle was running
+then and how it ended: both stamp ``time.perf_counter_ns``, the system-wide
 monotonic clock on Linux, so the kill's stamp is on the records' clock.
 """
 
@@ -50,26 +54,29 @@ KILL_REASONS = ("server_error", "server_unreachable")
 
 
 class ServerLog:
-    """The server's log, read as it grows: requests begun and ended, and how long they took.
+    """The server's log, read as it grows: requests begun and ended, the last of those lines,
+    and how long requests took.
 
     Counts are per life of the server: :meth:`new_life` sets them back after a restart (what
-    was open died with the old process).
+    was in flight died with the old process).
     """
 
     def __init__(self, path: Path, *, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.path = path
         self.clock = clock
-        self._offset = 0
+        # From the log's end now: what an earlier run against the same server did is not ours.
+        self._offset = path.stat().st_size if path.exists() else 0
         self._partial = b""
         self.begun = 0
         self.ended = 0
+        self.last: str | None = None  # "begun" or "ended": the last request line
         self._begun_at_ns: int | None = None
         self.request_ns: list[int] = []  # begin line seen -> end line seen, for lone requests
 
     @property
-    def open(self) -> int:
-        """Requests begun and not ended."""
-        return max(0, self.begun - self.ended)
+    def in_flight(self) -> bool:
+        """The last request line is one taken, not one ended."""
+        return self.last == "begun"
 
     def poll(self) -> None:
         """Read what was appended since the last call; count its complete lines."""
@@ -88,20 +95,20 @@ class ServerLog:
         for raw in lines:
             line = raw.decode("utf-8", errors="replace")
             if STREAM_BEGUN in line:
-                if self.open == 0:
-                    self._begun_at_ns = now
                 self.begun += 1
+                self.last, self._begun_at_ns = "begun", now
             elif STREAM_ENDED in line:
                 self.ended += 1
-                if self.open == 0 and self._begun_at_ns is not None:
+                if self.last == "begun" and self._begun_at_ns is not None:
                     self.request_ns.append(now - self._begun_at_ns)
-                    self._begun_at_ns = None
+                self.last, self._begun_at_ns = "ended", None
 
     def new_life(self) -> None:
         """The server was restarted: nothing of the old one is open."""
         self.poll()
+        self._partial = b""  # a line the old process died writing
         self.begun = self.ended = 0
-        self._begun_at_ns = None
+        self.last = self._begun_at_ns = None
 
     def half_request_s(self) -> float:
         """Half the median request seen so far (0 before any)."""
@@ -114,9 +121,10 @@ class Kill:
 
     moment: str
     kill_ns: int
-    requests_open: int             # per the server's log, when it died
+    server_in_flight: bool         # per the server's log, when it died
     restart_s: float               # kill to the restarted server answering
     cycle: int | None = None       # the cycle running at the kill (None: between cycles)
+    cycle_request_open: bool | None = None  # its request was open at the kill (its record)
     plan_source: str | None = None
     fallback_reason: str | None = None
     deadline_met: bool | None = None
@@ -124,8 +132,10 @@ class Kill:
 
     @property
     def mid_request(self) -> bool:
-        """A request was in flight at the kill (the server's log)."""
-        return self.requests_open > 0
+        """A request was in flight at the kill: the server had taken one and not ended it (its
+        log), or the cycle running then had sent one not yet answered (its record; a request
+        still on its way to the server is not in the server's log yet)."""
+        return self.server_in_flight or bool(self.cycle_request_open)
 
     def to_dict(self, t0_ns: int) -> dict[str, Any]:
         out = asdict(self)
@@ -150,10 +160,19 @@ class Killer:
     poll_s: float = 0.001
     clock: Callable[[], int] = time.perf_counter_ns
     done: list[Kill] = field(default_factory=list)
+    #: What the drill waits for now (at the end: why it stopped short, if it did).
+    waiting_for: str = ""
 
     def __post_init__(self) -> None:
         assert self.server.log_path is not None
         self.log = ServerLog(self.server.log_path, clock=self.clock)
+
+    def at_end(self) -> str:
+        """Where the drill was when the run ended: ``done``, or what it still waited for."""
+        if len(self.done) == self.kills:
+            return "done"
+        return (f"kill {len(self.done) + 1}: {self.waiting_for} (server's log: "
+                f"{self.log.begun} requests begun, {self.log.ended} ended since it started)")
 
     def _wait(self, ready: Callable[[], bool], alive: Callable[[], bool]) -> bool:
         """Poll the log until ``ready()``; False when ``alive()`` turns False first."""
@@ -168,15 +187,17 @@ class Killer:
     def _reached(self, moment: str, begun: int, ended: int) -> bool:
         """The kill's moment came, counting from ``begun`` and ``ended`` requests."""
         if moment == "between_requests":  # one more ended, and none began since
-            return self.log.ended > ended and self.log.open == 0
-        return self.log.begun > begun and self.log.open > 0  # one more taken, still in flight
+            return self.log.ended > ended and not self.log.in_flight
+        return self.log.begun > begun and self.log.in_flight  # one more taken, still going
 
     def run(self, alive: Callable[[], bool]) -> None:
         """Do every kill (or as many as the run lasts for)."""
         for k in range(self.kills):
             moment = MOMENTS[k % len(MOMENTS)]
+            self.waiting_for = f"{self.served_between} requests served"
             if not self._wait(lambda: self.log.ended >= self.served_between, alive):
                 return
+            self.waiting_for = moment
             begun, ended = self.log.begun, self.log.ended
             if not self._wait(partial(self._reached, moment, begun, ended), alive):
                 return
@@ -185,13 +206,13 @@ class Killer:
             kill_ns = self.clock()
             self.server.stop()  # SIGKILL to its process group; waits until it is gone
             self.log.poll()  # the dead server's last lines
-            open_at_kill = self.log.open
+            in_flight = self.log.in_flight
             self.server.start()  # the same port: the run's URL serves again
             restart_s = (self.clock() - kill_ns) / 1e9
             self.log.new_life()
-            self.done.append(Kill(moment, kill_ns, open_at_kill, restart_s))
-            log.info("kill %d (%s): %d request(s) in flight; served again after %.1f s", k + 1,
-                     moment, open_at_kill, restart_s)
+            self.done.append(Kill(moment, kill_ns, in_flight, restart_s))
+            log.info("kill %d (%s): %s; served again after %.1f s", k + 1, moment,
+                     "a request in flight" if in_flight else "idle", restart_s)
 
 
 def lateness_ms(rec: CycleRecord) -> float | None:
@@ -208,9 +229,22 @@ def place_kills(kills: list[Kill], records: list[CycleRecord]) -> None:
             kill.cycle, kill.plan_source = hit.cycle, hit.plan_source
             kill.fallback_reason, kill.deadline_met = hit.fallback_reason, hit.deadline_met
             kill.lateness_ms = lateness_ms(hit)
+            kill.cycle_request_open = request_open_at(hit, kill.kill_ns)
 
 
-def run_summary(records: list[CycleRecord], kills: list[Kill], *, asked: int) -> dict[str, Any]:
+def request_open_at(rec: CycleRecord, at_ns: int) -> bool:
+    """Whether ``rec``'s request to the server was open at ``at_ns`` (within the cycle): it
+    ended on a server fault (after the server was up, so at the kill), or it was the model's
+    plan whose last chunk came after ``at_ns`` (sent before the server died, read after)."""
+    if rec.offboard is None:
+        return False  # it never asked the server
+    if rec.plan_source == "fallback":
+        return rec.fallback_reason in KILL_REASONS
+    return rec.plan_source == "model" and bool(rec.token_ns) and rec.token_ns[-1] > at_ns
+
+
+def run_summary(records: list[CycleRecord], kills: list[Kill], *, asked: int,
+                drill: str = "done") -> dict[str, Any]:
     """One run of the drill: cycles, late ones, fallbacks by reason and their lateness, and
     what each kill hit."""
     place_kills(kills, records)
@@ -245,6 +279,7 @@ def run_summary(records: list[CycleRecord], kills: list[Kill], *, asked: int) ->
                      "values": v} for reason, v in sorted(late_by_reason.items())},
         "kills_asked": asked,
         "kills": len(kills),
+        "drill_at_end": drill,
         "kills_mid_request": len(mid),
         # The cycles those kills hit: cut (a server fault), answered (the model's plan), or
         # anything else (a defect: the deadline, a wrong reason); and how many were late.

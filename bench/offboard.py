@@ -423,14 +423,15 @@ KILL_RUN_GRACE_S = 600.0
 
 
 def _served_between(args: argparse.Namespace) -> int:
-    """Requests served between kills: as given, else the run's cycles over kills + 1 (each tick
-    asks the server once a command is in: the kills are spread over the run)."""
+    """Requests served between kills: as given, else the run's cycles over kills + 2 (each tick
+    asks the server once a command is in, so the kills are spread over the run; the one part
+    more leaves room for the cycles the server is down)."""
     from robot_latency.planner.replay import planned_cycles
 
     if args.served_between:
         return int(args.served_between)
     settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
-    return max(3, planned_cycles(settings, _stream(args)) // (args.kills + 1))
+    return max(3, planned_cycles(settings, _stream(args)) // (args.kills + 2))
 
 
 def _kill_once(args: argparse.Namespace, server: LocalServer, stream_path: Path,
@@ -551,7 +552,7 @@ def main() -> int:
             p.add_argument("--repeats", type=int, default=3, help="runs, one server throughout")
             p.add_argument("--served-between", type=int, default=0,
                            help="requests the server must have ended since it (re)started "
-                                "before the next kill (0: the run's cycles / (kills + 1))")
+                                "before the next kill (0: the run's cycles / (kills + 2))")
             p.add_argument("--runs-dir", default=None, help="keep the run directories here")
     args = parser.parse_args()
     args.model_path = Path(resolve_model_file(args.model, args.quant) or args.model)

@@ -14,6 +14,11 @@
                give the robot a model of its own (a slow one: the hedge then has to help)
     leak       --cycles cycles against the server, killed at a third and restarted at half:
                threads, open files and RSS before and after, every cycle's plan and reason
+    kill       robot-latency run (the CLI, its own process) against the server, SIGKILLed --kills
+               times per run (as a stream begins, mid-stream, between requests; the server's log
+               says whether a request was streaming) and restarted each time; per run the cycles,
+               late cycles, fallbacks by reason and their lateness, what each kill hit
+               (bench/offboard_kill.py); target: 0 late, every mid-request kill a server fault
 
     python bench/offboard.py http_cost --model planner-inflated-qwen2.5-0.5b --quant Q4_K_M \
         --repeats 5 --commands 60 --out docs/bench/offboard_http_cost.json
@@ -23,6 +28,7 @@
         --onboard-quant Q8_0 --load 0 --deadline-ms 400 --period-ms 500 \
         --out docs/bench/offboard_hedge_slow_onboard.json
     python bench/offboard.py leak --cycles 1000 --out docs/bench/offboard_leak.json
+    python bench/offboard.py kill --kills 5 --repeats 3 --out docs/bench/offboard_kill.json
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import itertools
 import multiprocessing
 import os
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -410,11 +417,94 @@ def cmd_leak(args: argparse.Namespace) -> dict[str, Any]:
             "reasons": reasons}
 
 
+# --- kill --------------------------------------------------------------------------------------
+#: How long a run may take beyond its stream before it counts as hung (s).
+KILL_RUN_GRACE_S = 600.0
+
+
+def _served_between(args: argparse.Namespace) -> int:
+    """Requests served between kills: as given, else the run's cycles over kills + 2 (each tick
+    asks the server once a command is in, so the kills are spread over the run; the one part
+    more leaves room for the cycles the server is down)."""
+    from robot_latency.planner.replay import planned_cycles
+
+    if args.served_between:
+        return int(args.served_between)
+    settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms)
+    return max(3, planned_cycles(settings, _stream(args)) // (args.kills + 2))
+
+
+def _kill_once(args: argparse.Namespace, server: LocalServer, stream_path: Path,
+               labels: Path | None, run_dir: Path, logs: Path) -> dict[str, Any]:
+    """One ``robot-latency run`` against ``server`` with the kills; its summary."""
+    import json
+
+    from offboard_kill import Killer, cli_run_command, run_summary
+
+    from robot_latency.records import read_records
+
+    cmd = cli_run_command(stream_path, server.url, run_dir, deadline_ms=args.deadline_ms,
+                          period_ms=args.period_ms, labels=labels)
+    killer = Killer(server, args.kills, served_between=_served_between(args))
+    out, err = logs / f"{run_dir.name}.json", logs / f"{run_dir.name}.stderr"
+    with open(out, "wb") as fout, open(err, "wb") as ferr:
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
+        try:
+            killer.run(alive=lambda: proc.poll() is None)
+            rc = proc.wait(timeout=_stream(args).duration_ns / 1e9 + KILL_RUN_GRACE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if rc != 0:
+        tail = " | ".join(err.read_text(errors="replace").strip().splitlines()[-8:])
+        raise RuntimeError(f"{' '.join(cmd)} exited with {rc}: {tail}")
+    summary = json.loads(out.read_text())
+    row = run_summary(read_records(run_dir / "cycles.jsonl"), killer.done, asked=args.kills,
+                      drill=killer.at_end())
+    # The run's own count beside the records': the same cycles, the same misses.
+    row["run_summary"] = {k: summary.get(k) for k in ("cycles", "deadline_misses",
+                                                      "deadline_miss_rate")}
+    return row
+
+
+def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
+    from robot_latency.profiles.labels import default_labels_path
+    from robot_latency.streams.jsonl import write_jsonl
+
+    reps: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        stream_path, labels = args.stream, None
+        if args.max_commands:  # the CLI reads whole streams: hand it the first commands
+            stream_path = write_jsonl(tmp_path / "stream.jsonl", _stream(args).commands)
+            labels = default_labels_path(args.stream)
+        runs = Path(args.runs_dir) if args.runs_dir else tmp_path / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        with _server(args, tmp_path) as server:
+            for rep in range(args.repeats):
+                row = _kill_once(args, server, Path(stream_path), labels, runs / f"rep{rep}",
+                                 tmp_path)
+                reps.append({"repeat": rep, **row})
+    total = {key: sum(r[key] for r in reps) for key in (
+        "cycles", "late", "kills", "kills_mid_request", "mid_request_cycles", "mid_request_cut",
+        "mid_request_answered", "mid_request_other", "mid_request_late")}
+    return {"benchmark": "offboard kill", "model": str(args.model_path),
+            "threads": args.threads, "stream": str(args.stream),
+            "max_commands": args.max_commands, "deadline_ms": args.deadline_ms,
+            "period_ms": args.period_ms, "kills_per_run": args.kills,
+            "served_between": _served_between(args), "repeats": reps, **total,
+            "targets": {"late": 0, "mid_request_reasons": ["server_error", "server_unreachable"],
+                        "mid_request_other": 0},
+            "meets_target": total["late"] == 0 and total["mid_request_other"] == 0
+            and total["mid_request_late"] == 0}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     for name, func in (("http_cost", cmd_http_cost), ("fleet", cmd_fleet),
-                       ("hedge", cmd_hedge), ("leak", cmd_leak)):
+                       ("hedge", cmd_hedge), ("leak", cmd_leak), ("kill", cmd_kill)):
         p = sub.add_parser(name)
         p.set_defaults(func=func)
         p.add_argument("--model", default="planner",
@@ -457,6 +547,13 @@ def main() -> int:
                            help="llama.cpp threads on the robot (0: --threads)")
         if name == "leak":
             p.add_argument("--cycles", type=int, default=1000)
+        if name == "kill":
+            p.add_argument("--kills", type=int, default=5, help="SIGKILLs of the server per run")
+            p.add_argument("--repeats", type=int, default=3, help="runs, one server throughout")
+            p.add_argument("--served-between", type=int, default=0,
+                           help="requests the server must have ended since it (re)started "
+                                "before the next kill (0: the run's cycles / (kills + 2))")
+            p.add_argument("--runs-dir", default=None, help="keep the run directories here")
     args = parser.parse_args()
     args.model_path = Path(resolve_model_file(args.model, args.quant) or args.model)
     onboard = getattr(args, "onboard_model", None) or (

@@ -75,3 +75,63 @@ def test_leak_smoke(tmp_path: Path, cycles: int) -> None:
     assert doc["every_cycle_planned"]
     assert doc["reasons"].get("server_unreachable", 0) >= 1  # the server was down a while
     assert sum(doc["reasons"].values()) == cycles
+
+
+def test_kill_smoke(tmp_path: Path) -> None:
+    """The server SIGKILLed under a real ``robot-latency run`` and restarted: every kill is
+    accounted for, every cycle has a plan, and a kill that cut a request in flight is a server
+    fault in the record of the cycle it hit."""
+    from robot_latency.records import read_records
+
+    runs = tmp_path / "runs"
+    doc = _bench(tmp_path, "kill", "--kills", "3", "--repeats", "1", "--max-commands", "8",
+                 "--served-between", "3", "--runs-dir", str(runs))
+    (rep,) = doc["repeats"]
+    records = read_records(runs / "rep0" / "cycles.jsonl")
+    assert rep["cycles"] == len(records) == rep["run_summary"]["cycles"] > 0
+    # Late is what the records say, and the run's own summary agrees.
+    assert rep["late"] == sum(not r.deadline_met for r in records)
+    assert rep["late"] == rep["run_summary"]["deadline_misses"]
+    # Every cycle the loop ran has a plan; a skipped tick (a loaded host) is a miss, counted late.
+    assert rep["planned"] == rep["cycles"] - rep["skipped"]
+    assert rep["skipped"] <= rep["late"]
+    assert all(r.plan is not None for r in records if not r.skipped)
+    # The kills happened (the run outlasts three, with the served requests between them), and
+    # the server served again after each: model plans after the last kill.
+    kills = rep["kill_list"]
+    assert rep["kills"] == len(kills) == 3
+    assert [k["moment"] for k in kills] == ["request_start", "halfway", "between_requests"]
+    last_kill_ms = kills[-1]["kill_ms"]
+    t0 = records[0].scheduled_ns
+    assert any(r.plan_source == "model" and (r.scheduled_ns - t0) / 1e6 > last_kill_ms
+               for r in records)
+    # The server was down a while: cycles fell back as unreachable.
+    assert rep["fallbacks"].get("server_unreachable", 0) >= 1
+    # Two of the three kills are aimed at a request in flight. A cycle such a kill hit falls
+    # back with a server fault, or has the model's plan when the server had sent the answer
+    # before it died (its timing line not yet written); never the deadline or another reason.
+    assert rep["kills_mid_request"] >= 1
+    by_cycle = {r.cycle: r for r in records}
+    cut = 0
+    for kill in kills:
+        if not (kill["mid_request"] and kill["cycle"] is not None):
+            continue
+        rec = by_cycle[kill["cycle"]]
+        assert kill["deadline_met"] == rec.deadline_met
+        if rec.plan_source == "model":
+            continue
+        assert rec.plan_source == "fallback", kill
+        assert rec.fallback_reason in ("server_error", "server_unreachable"), kill
+        assert rec.engine_error, kill  # the fault is in the record
+        cut += 1
+    assert cut == rep["mid_request_cut"] >= 1
+    assert rep["mid_request_other"] == 0
+    assert sum(rep["mid_request_outcomes"].values()) == rep["mid_request_cycles"]
+    # Every fallback's lateness is in the document, late or not, by its reason.
+    fallbacks = [r for r in records if r.plan_source == "fallback"]
+    lateness = rep["fallback_lateness_ms"]
+    assert sum(v["n"] for v in lateness.values()) == len(fallbacks)
+    assert sum(v["late"] for v in lateness.values()) == sum(
+        not r.deadline_met for r in fallbacks)
+    assert doc["late"] == rep["late"] and doc["meets_target"] == (
+        rep["late"] == 0 and rep["mid_request_late"] == 0 and rep["mid_request_other"] == 0)

@@ -1,17 +1,18 @@
 """A GGUF file's facts remembered across processes, by the file's path, size and mtime.
 
 gguf's reader parses every metadata array into numpy views, one per element: a 151,936-token
-vocabulary (tokens, scores and token types) takes 9 s on a quiet 2-core host and over a minute
-on a busy one, and ``predict --stream`` reads each level's file again, as does the ladder's check
-of its source. The facts of a file whose metadata is at least :data:`REMEMBER_METADATA_BYTES`
-long are therefore written to ``<cache root>/modelfacts/<key digest>.json`` (the cache root of
-:mod:`robot_latency.digest`), keyed like a remembered digest: the file's absolute and real path,
-its size and its modification time in ns, the KV cache type, and the digest of the code that
-read them (this module, :mod:`~robot_latency.floor.ggufinfo` and
-:mod:`~robot_latency.floor.modelfacts`, and the gguf package's version). A file written again
-gets a new mtime and is read again; so does every file after that code changes. A file with
-small metadata (the shipped planner's 799 tokens: 50 ms) is read each time, as it costs about
-what reading the entry would; an entry that cannot be read or written costs only time.
+vocabulary (tokens, scores and token types) takes 7-9 s on a 2-core host at load 2 and over a
+minute on a busy one, and ``predict --stream`` reads each level's file again, as does the
+ladder's check of its source. The facts of a file whose metadata is at least
+:data:`REMEMBER_METADATA_BYTES` long are therefore written to
+``<cache root>/modelfacts/<key digest>.json`` (the cache root of :mod:`robot_latency.digest`),
+keyed like a remembered digest: the file's absolute and real path, its size and its modification
+time in ns, the KV cache type, and the digest of the code that read them (this module,
+:mod:`~robot_latency.floor.ggufinfo` and :mod:`~robot_latency.floor.modelfacts`, and the gguf
+package's version). A file written again gets a new mtime and is read again; so is every file
+after that code changes. A file with small metadata (the shipped planner's 799 tokens: 50 ms to
+read) is read each time: that costs little, and keeps the store to the files it saves time on.
+An entry that cannot be read or written costs only time.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ __all__ = ["MAX_ENTRIES", "REMEMBER_METADATA_BYTES", "recall", "remember", "stor
 logger = logging.getLogger(__name__)
 
 #: Files whose header, metadata and tensor table take at least this many bytes are remembered
-#: (a 151,936-token vocabulary is about 3.4 MB of it; the shipped planner's 799 tokens 21 kB).
+#: (a 151,936-token vocabulary padded with ``<unused_N>`` is 4.6 MB of it; the shipped planner's
+#: 799 tokens and 39 tensors 21 kB).
 REMEMBER_METADATA_BYTES = 256 << 10
 #: Entries kept (the least recently written are removed first).
 MAX_ENTRIES = 256

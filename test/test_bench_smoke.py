@@ -49,6 +49,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "offboard.py",  # offboard.py: test/test_bench_offboard.py
                "predict_validate.py",  # test/test_bench_predict_validate.py
                "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
+               "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py"}  # correctness.py: test/test_bench_correctness.py
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 

@@ -46,3 +46,20 @@ def test_target_sim_smoke_llamacpp(tmp_path: Path) -> None:
     level = doc["levels"]["Q8_0"]
     assert level["commands"] == 3 and level["tokens_out_total"] >= 3
     assert 0.0 <= level["answer_quiet"]["miss_rate"] <= 1.0
+
+
+def test_predict_stream_time_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)])}
+    proc = subprocess.run([sys.executable, str(BENCH / "predict_stream_time.py"), "--repeats",
+                           "1", "--commands", "2", "--vocab", "2000", "--cache-dir",
+                           str(tmp_path / "cache"), "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python ") and "predict_stream_time.py" in doc["command"]
+    assert set(doc["models"]) == {"planner", "vocab2000", "vocab2000 --quants Q8_0 Q4_0"}
+    for case in doc["models"].values():
+        assert len(case["cached_runs_s"]) == 1 and case["first_run_s"] > 0
+    assert len(list((tmp_path / "cache" / "untimed").glob("*.json"))) == 4
+    assert (tmp_path / "cache" / "models" / "vocab2000.ladder.json").is_file()

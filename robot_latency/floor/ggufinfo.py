@@ -16,6 +16,7 @@ from typing import Any
 import gguf
 from gguf.constants import LlamaFileType
 
+from robot_latency.floor import factstore
 from robot_latency.floor.errors import ModelInfoError
 from robot_latency.floor.modelfacts import ModelFacts, TensorInfo, _kv_bytes, _kv_ratio
 
@@ -164,13 +165,18 @@ def facts_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") -> M
     p = os.fspath(path)
     size_bytes = _check_header(p)
     # gguf's reader parses every metadata array (150k-token vocabularies take seconds), so a
-    # file already read in this process, unchanged since, is not read again.
+    # file already read in this process, unchanged since, is not read again, and a file with
+    # large metadata is remembered across processes (factstore).
     stat = os.stat(p)
     key = (os.path.realpath(p), stat.st_size, stat.st_mtime_ns, kv_dtype)
     cached = _FACTS_CACHE.get(key)
     if cached is not None:
         return cached
-    facts = _facts_from_file(p, size_bytes, kv_dtype)
+    facts = factstore.recall(p, stat, kv_dtype)
+    if facts is None:
+        facts, metadata_bytes = _facts_from_file(p, size_bytes, kv_dtype)
+        if metadata_bytes >= factstore.REMEMBER_METADATA_BYTES:
+            factstore.remember(p, stat, kv_dtype, facts)
     if len(_FACTS_CACHE) >= 64:
         _FACTS_CACHE.clear()
     _FACTS_CACHE[key] = facts
@@ -180,7 +186,9 @@ def facts_from_gguf(path: str | os.PathLike[str], *, kv_dtype: str = "f16") -> M
 _FACTS_CACHE: dict[tuple[str, int, int, str], ModelFacts] = {}
 
 
-def _facts_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelFacts:
+def _facts_from_file(p: str, size_bytes: int, kv_dtype: str) -> tuple[ModelFacts, int]:
+    """Read the facts with gguf's reader; return them and the bytes before the tensor data
+    (header, metadata and tensor table: what the reader parses)."""
     try:
         reader = gguf.GGUFReader(p, "r")
     except _READER_ERRORS as err:
@@ -194,7 +202,7 @@ def _facts_from_file(p: str, size_bytes: int, kv_dtype: str) -> ModelFacts:
             f"is truncated or corrupt"
         ) from err
     try:
-        return _facts_from_reader(reader, p, size_bytes, kv_dtype)
+        return _facts_from_reader(reader, p, size_bytes, kv_dtype), int(reader.data_offset)
     except _READER_ERRORS as err:
         raise ModelInfoError(
             f"{p}: malformed GGUF metadata ({type(err).__name__}: {err})"

@@ -128,6 +128,35 @@ def test_ladder_model_path_and_bad_quant(tmp_path, monkeypatch, tiny_gguf) -> No
         ladder.ladder_model_path(str(tmp_path / "missing.gguf"), "F16")
 
 
+def test_a_built_level_is_found_again_without_reading_a_gguf(tmp_path, monkeypatch,
+                                                             tiny_gguf) -> None:
+    """The check of a built level on a later call takes the source's facts and digest as
+    remembered (path, size, mtime), and still rebuilds a level whose file changed size."""
+    from robot_latency import digest
+    from robot_latency.floor import factstore, ggufinfo
+
+    src = tiny_gguf(tmp_path / "p.gguf")
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "rl"))
+    monkeypatch.setattr(factstore, "REMEMBER_METADATA_BYTES", 0)
+    monkeypatch.setattr(digest, "REMEMBER_BYTES", 0)
+    path = ladder.ladder_model_path(str(src), "Q4_0")
+    reads: list[str] = []
+    real_reader = gguf.GGUFReader
+
+    def counted(p, *args, **kwargs):
+        reads.append(str(p))
+        return real_reader(p, *args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counted)
+    monkeypatch.setattr(ggufinfo, "_FACTS_CACHE", {})  # as another process would start
+    assert ladder.ladder_model_path(str(src), "Q4_0") == path
+    assert reads == []
+    with open(path, "ab") as fh:
+        fh.write(b"x")
+    assert ladder.ladder_model_path(str(src), "Q4_0") == path
+    assert reads == [str(path)]  # rebuilt, and the new file read for its types
+
+
 def test_plan_accuracy_by_level(built) -> None:
     _, man = built
     acc = plan_accuracy_by_level(man, COMMANDS, reference="F16")

@@ -47,6 +47,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "engine.py", "onnx_engine.py", "overshoot.py", "predict_gpu.py",
                "predict_host.py", "profiles.py", "rule_planner.py", "soak.py",
                "offboard.py",  # offboard.py: test/test_bench_offboard.py
+               "offboard_kill.py",  # offboard.py kill: test_bench_offboard.py test_kill_smoke
                "predict_validate.py",  # test/test_bench_predict_validate.py
                "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
                "predict_stream_time.py",  # test/test_bench_target_sim.py

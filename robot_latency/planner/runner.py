@@ -8,6 +8,7 @@ runner (inline here; the worker process's in :mod:`robot_latency.planner.worker`
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,16 +93,18 @@ class Runner(Protocol):
 
 
 class _AbortWhen:
-    """An abort signal that is set when the loop's interrupt says so."""
+    """An abort signal that is set when the loop's interrupt says so (``fired``: a preemption),
+    or when ``stopped`` does (another thread asked this request to stop)."""
 
-    def __init__(self, interrupt: Interrupt) -> None:
+    def __init__(self, interrupt: Interrupt | None, stopped: Callable[[], bool]) -> None:
         self.interrupt = interrupt
+        self.stopped = stopped
         self.fired = False
 
     def is_set(self) -> bool:
-        if not self.fired and self.interrupt():
+        if not self.fired and self.interrupt is not None and self.interrupt():
             self.fired = True
-        return self.fired
+        return self.fired or self.stopped()
 
 
 class InlineRunner:
@@ -120,17 +123,24 @@ class InlineRunner:
     def __init__(self, engine: Engine, *, clock: Clock = DEFAULT_CLOCK) -> None:
         self.engine = engine
         self.clock = clock
+        self._lock = threading.Lock()
+        self._running: GenerationRequest | None = None
+        self._stop: GenerationRequest | None = None  # the request asked to stop, newest
 
     def run(self, request: GenerationRequest, *, give_up_ns: int,
             interrupt: Interrupt | None = None) -> RunOutcome:
-        abort = _AbortWhen(interrupt) if interrupt is not None else None
+        with self._lock:
+            self._running = request
+        abort = _AbortWhen(interrupt, lambda: self._stop is request)
         try:
             trace = self.engine.generate(request, abort=abort)
         except Exception as err:  # a broken engine must not stop the loop
             log.warning("engine %s raised: %r", getattr(self.engine, "name", "?"), err)
             return RunOutcome(None, "error", f"{type(err).__name__}: {err}")
-        return outcome_of(trace, self.clock, give_up_ns,
-                          preempted=abort is not None and abort.fired)
+        finally:
+            with self._lock:
+                self._running = None
+        return outcome_of(trace, self.clock, give_up_ns, preempted=abort.fired)
 
     def info(self) -> dict[str, Any]:
         return {"runner": "inline", **self.engine.info()}
@@ -144,8 +154,13 @@ class InlineRunner:
         return None
 
     def request_abort(self, request: GenerationRequest | None = None) -> None:
-        """Nothing: an inline generation runs in the caller's thread and stops at its deadline
-        or at the loop's interrupt."""
+        """Ask ``request``'s generation (None: the one running now) to stop, from another
+        thread (a hedge's server answered first); one not started yet stops as it starts. The
+        engine stops at its next abort check, as at the loop's interrupt."""
+        with self._lock:
+            target = request if request is not None else self._running
+            if target is not None:
+                self._stop = target
 
     def generated_tokens(self) -> int | None:
         """None: an inline generation's tokens are the loop thread's until it returns."""

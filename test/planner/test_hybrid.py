@@ -52,7 +52,7 @@ def onboard_slower() -> Iterator[ProcessRunner]:
         yield runner
 
 
-def _cycle(onboard: ProcessRunner, url: str, mode: str, policy: str, *,
+def _cycle(onboard: Any, url: str, mode: str, policy: str, *,
            config: RunSettings = CONFIG, command: str = "pick up the red cup",
            profile: str | None = None, published: list[dict[str, Any]] | None = None,
            **server_options: Any) -> CycleRecord:
@@ -159,6 +159,29 @@ def test_a_valid_server_plan_stops_the_slow_onboard_engine_under_both_policies(
     assert race["onboard"]["stop_reason"] == "aborted"
     # In time: the server's stream ended (stamped as it ended) by the give-up time.
     assert race["server"]["finished_ns"] <= rec.deadline_ns - rec.margin_ns
+    assert rec.deadline_met
+
+
+@pytest.mark.parametrize("policy", ["first_valid", "prefer_server"])
+def test_an_inline_onboard_engine_is_stopped_by_the_servers_plan_too(
+        llama_server: Any, policy: str) -> None:
+    """``--runner inline``: the onboard engine runs in the loop's own thread; the server's valid
+    plan stops it at its next abort check (it ignored the request before, and ran to the
+    give-up)."""
+    from robot_latency.planner.engine import create_planner_engine
+    from robot_latency.planner.runner import InlineRunner
+
+    onboard = InlineRunner(create_planner_engine("sim", **SLOWER_SIM))
+    try:
+        rec = _cycle(onboard, llama_server.url, "", policy,
+                     config=SLOWER_CONFIG, command=LONG)
+    finally:
+        onboard.close()
+    race = _race(rec)
+    assert rec.plan_source == "model", (rec.fallback_reason, race)
+    assert race["published"] == "server"
+    assert race["onboard"]["status"] == "stopped"
+    assert race["onboard"]["stop_reason"] == "aborted"
     assert rec.deadline_met
 
 

@@ -190,7 +190,7 @@ def stream_labels_of(stream: Path) -> Any:
     """Return a bag's labels (its ``labels.jsonl``: the shipped streams have one), keyed by its
     command ids, or None when it has none (the bundled action language's schema)."""
     from robot_latency.profiles.actions import plan_json_schema
-    from robot_latency.profiles.labels import labels_of_stream
+    from robot_latency.streams.reader import labels_of_stream
 
     return labels_of_stream(stream, schema=plan_json_schema())
 

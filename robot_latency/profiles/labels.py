@@ -299,19 +299,3 @@ def stream_labels(commands: Iterable[Any], *, schema: Mapping[str, Any], source:
             labels.texts[c.command_id] = c.text
     return labels
 
-
-def labels_of_stream(stream: str | Path, *, schema: Mapping[str, Any]) -> LabelSet | None:
-    """Return a stream's labels (its commands' own ``expected`` and a bag directory's
-    ``labels.jsonl``), keyed by its command ids, or None when it has none.
-
-    Raises:
-        LabelError: a label that does not fit ``schema`` (naming the file and line).
-        StreamError: the stream cannot be read.
-    """
-    from robot_latency.streams import read_stream
-
-    path = default_labels_path(stream)
-    sidecar = read_labels(path, schema=schema) if path is not None else None
-    labels = stream_labels(read_stream(stream).commands, schema=schema, source=str(stream),
-                           sidecar=sidecar)
-    return labels if len(labels) else None

@@ -159,8 +159,9 @@ def _planning_of(inputs: Any) -> Any:
 def _labels_of(inputs: Any, planning: Any) -> LabelSet | None:
     """The labels of the stream an untimed pass ran (its commands' own and its bag's
     ``labels.jsonl``); None without any, or (logged) where the stream cannot be read."""
-    from robot_latency.profiles.labels import label_schema, labels_of_stream
+    from robot_latency.profiles.labels import label_schema
     from robot_latency.streams import StreamError
+    from robot_latency.streams.reader import labels_of_stream
 
     try:
         return labels_of_stream(inputs.stream.source, schema=label_schema(planning.contract))

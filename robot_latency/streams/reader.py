@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from robot_latency.profiles.labels import (
+    LabelSet,
+    default_labels_path,
+    read_labels,
+    stream_labels,
+)
 from robot_latency.streams.command import CommandStream
 from robot_latency.streams.errors import StreamError
 from robot_latency.streams.jsonl import read_jsonl
@@ -83,3 +90,18 @@ def read_stream(
     path = Path(path)
     return READERS[stream_kind(path)](path, topic=topic, on_bad_line=on_bad_line,
                                       state_topic=state_topic)
+
+
+def labels_of_stream(stream: str | Path, *, schema: Mapping[str, Any]) -> LabelSet | None:
+    """Return a stream's labels (its commands' own ``expected`` and a bag directory's
+    ``labels.jsonl``), keyed by its command ids, or None when it has none.
+
+    Raises:
+        LabelError: a label that does not fit ``schema`` (naming the file and line).
+        StreamError: the stream cannot be read.
+    """
+    path = default_labels_path(stream)
+    sidecar = read_labels(path, schema=schema) if path is not None else None
+    labels = stream_labels(read_stream(stream).commands, schema=schema, source=str(stream),
+                           sidecar=sidecar)
+    return labels if len(labels) else None

@@ -261,11 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if rows[0].correct_n:
             echo("\n" + correctness_markdown(rows))
     if args.target_answer and not summary.get("interrupted"):
-        lines = write_target_answer(
-            settings_from_args(args, out, stream, engine=args.engine, quant=args.quant,
-                               device=args.device, deadline_ms=args.deadline_ms,
-                               period_ms=args.period_ms, label=args.label),
-            stream, out, speed=args.speed)
+        lines = write_target_answer(config.settings, stream, out, speed=args.speed)
         if lines and not args.json:
             echo(f"\nOn {args.device}, the loop simulated (target.json; robot-latency report "
                  f"{out} puts it first):\n\n" + "\n".join(lines))

@@ -20,7 +20,6 @@ from robot_latency.cli.run import (
 )
 from robot_latency.hostcheck.load import LoadWatch
 from robot_latency.models.ladder import VALID_QUANTS
-from robot_latency.planner.config import RunSettings
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -57,7 +56,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               device=first["device"], deadline_ms=first["deadline_ms"],
                               period_ms=max(args.period_ms, first["deadline_ms"]), label=None)
     run_dirs, configs = [], []
-    point_settings: dict[Path, RunSettings] = {}
     for point in points:
         label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
                          for k in varied)
@@ -71,7 +69,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except SettingsError as err:
             raise usage_error(err) from err
         configs.append((run_dir, resolve_or_usage(settings)))
-        point_settings[run_dir] = settings
     todo = []
     for run_dir, config in configs:
         if _sweep_point_done(run_dir, args.stream):
@@ -98,8 +95,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if load.warning:
             sys.stderr.write(f"WARNING: {config.label}: {load.warning}\n")
         if args.target_answer:
-            write_target_answer(point_settings[Path(config.log_dir)], stream,
-                                Path(config.log_dir), speed=args.speed)
+            write_target_answer(config.settings, stream, Path(config.log_dir),
+                                speed=args.speed)
     # Plans are compared against the highest precision (report.compare.choose_reference).
     rows = compare_runs(run_dirs)
     to_csv(rows, out / "comparison.csv")

@@ -74,7 +74,8 @@ setup(
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
     # Explicit depths: setuptools < 62.3 (Ubuntu 22.04 has 59.6) does not expand "**".
-    package_data={PACKAGE: ["data/*", "data/models/*", "data/profiles/*", "data/streams/*/*"]},
+    package_data={PACKAGE: ["data/*", "data/models/*", "data/profiles/*", "data/streams/*/*",
+                           "data/vocab/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -47,6 +47,7 @@ from robot_latency.ros.diagnostics import (
     DiagnosticsTracker,
     DiagnosticThresholds,
     StatusReport,
+    plan_topic_report,
 )
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.loopback import TransportProbe
@@ -392,15 +393,16 @@ class PlannerCore:
         driver, window, tracker = self.driver, self.window, self.tracker
         if driver is None or window is None or tracker is None or self.thresholds is None:
             return None
-        reports = tracker.evaluate(window.snapshot(), self.thresholds,
-                                   engine=driver.engine_state(),
+        records, loop = window.snapshot(), driver.run.config.settings
+        reports = tracker.evaluate(records, self.thresholds, engine=driver.engine_state(),
                                    mailbox=driver.loop.mailbox.counters())
         reports[0].values["cycles_total"] = str(window.total)
-        return reports
+        return [*reports, plan_topic_report(records, self.thresholds, mode=loop.mode,
+                                            topic=self.node.resolve_topic_name(PLAN_TOPIC),
+                                            period_ms=loop.period_ms)]
 
     def publish_diagnostics(self) -> None:
-        reports = self.reports()
-        if reports is not None:
+        if (reports := self.reports()) is not None:
             self._diag_pub.publish(self._array(reports))
 
     def report_error(self, name: str, message: str) -> None:
@@ -425,8 +427,8 @@ class PlannerCore:
         array.header.stamp = self.node.get_clock().now().to_msg()
         hardware_id = self.settings.run.target_device if self.settings is not None else ""
         for r in reports:
-            status = DiagnosticStatus(level=bytes([r.level]),
-                                      name=f"{self.node.get_name()}: {r.name}",
+            name = r.name if r.name.startswith("/") else f"{self.node.get_name()}: {r.name}"
+            status = DiagnosticStatus(level=bytes([r.level]), name=name,
                                       message=r.message, hardware_id=hardware_id)
             status.values = [KeyValue(key=k, value=v) for k, v in r.values.items()]
             array.status.append(status)

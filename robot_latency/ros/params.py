@@ -149,6 +149,13 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("diagnostics_window", _DT.diagnostics_window, "integer",
           "newest cycles the diagnostics figures are computed over", low=1, high=1_000_000,
           runtime=True),
+    _spec("plan_expected_hz", _DT.plan_expected_hz, "double",
+          "the plan topic's expected rate for topic monitors (greenwave's expected_frequency, "
+          "Hz); 0: one plan per period_ms in periodic mode, none in event mode",
+          low=0.0, high=10_000.0, runtime=True),
+    _spec("plan_rate_tolerance_percent", _DT.plan_rate_tolerance_percent, "double",
+          "how far the plan rate may stray from plan_expected_hz before the plan topic's "
+          "status is WARN (%)", low=0.0, high=1000.0, runtime=True),
     _spec("diagnostics_period_s", 1.0, "double", "how often /diagnostics is published (s)",
           low=0.05, high=3600.0, runtime=True),
     _spec("on_new_command", _PC.on_new_command, "string",

@@ -168,3 +168,31 @@ def test_stamps_are_the_commands_send_on_the_ros_clock(client: Client) -> None:
     # A monitor's "now - header.stamp" at the receiver is the client edge's reaction time.
     reaction_ns = loop_at - client.sent[command_id]
     assert abs((ros_at - _ns(plan.header.stamp)) - reaction_ns) <= 2 * CLOCK_READ_NS
+
+
+def test_the_plan_topic_has_greenwaves_keys(client: Client, ros: Spinner) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    got: list[DiagnosticArray] = []
+    client.node.create_subscription(DiagnosticArray, "/diagnostics", got.append, 100)
+    for i in range(3):
+        client.send(f"gw-{i}", "go to the kitchen")
+        client.wait_for(lambda c=f"gw-{i}": any(m.command_id == c
+                                                for m, _ in client.snapshot("stats")),
+                        60, f"the plan of gw-{i}")
+
+    def plan_status() -> Any:
+        for array in list(got):
+            for status in array.status:
+                if status.name == "/planner/plan" and \
+                        dict((kv.key, kv.value) for kv in status.values)["frame_rate_node"] \
+                        != "n/a":
+                    return status
+        return None
+    status = client.wait_for(plan_status, 30, "the plan topic's status")
+    values = {kv.key: kv.value for kv in status.values}
+    assert {"frame_rate_node", "frame_rate_msg", "current_delay_from_realtime_ms",
+            "expected_frequency", "tolerance", "total_dropped_frames"} <= set(values)
+    assert float(values["frame_rate_node"]) > 0 and float(values["frame_rate_msg"]) > 0
+    assert float(values["current_delay_from_realtime_ms"]) >= 0
+    assert float(values["expected_frequency"]) == 0.0  # event mode: no expected rate

@@ -388,8 +388,7 @@ class PlannerCore:
             self.node.destroy_timer(self._diag_timer)
             self._diag_timer = None
 
-    def reports(self) -> list[StatusReport] | None:
-        """Return the current health reports; None while no run is open."""
+    def reports(self) -> list[StatusReport] | None:  # None while no run is open
         driver, window, tracker = self.driver, self.window, self.tracker
         if driver is None or window is None or tracker is None or self.thresholds is None:
             return None

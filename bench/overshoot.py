@@ -39,6 +39,7 @@ import psutil
 from benchio import emit_result
 
 from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
+from robot_latency.lifetime import start_process
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop
@@ -138,8 +139,8 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
 
 def _baseline(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
     """The machine alone: sleep to each give-up time (1.5 ms spin at the end), note the delay."""
-    proc = mp.get_context("spawn").Process(target=_spin_forever, daemon=True)
-    proc.start()  # the engine's stand-in, on the engine's cores at the engine's niceness
+    proc = start_process(mp.get_context("spawn"), _spin_forever, daemon=True)
+    # the engine's stand-in, on the engine's cores at the engine's niceness
     engine_cpus = budget.resolved_engine_cpus()
     if engine_cpus:
         os.sched_setaffinity(proc.pid, engine_cpus)

@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: small llama GGUF files written in the test.
+"""Fixtures shared by the whole suite: small llama GGUF files written in the test, the servers,
+and the check that nothing the suite started is still running at its end.
 
 Two writers, handed out as session fixtures (the test tree is not a package, and pytest's
 importlib mode puts no test folder on ``sys.path``, so tests cannot import a helper module):
@@ -187,6 +188,85 @@ def random_llama_gguf() -> Callable[..., Path]:
 def tiny_llama_gguf() -> Callable[..., Path]:
     """Return :func:`write_tiny_llama_gguf`: ``tiny_llama_gguf(path, tied=True, ...)``."""
     return write_tiny_llama_gguf
+
+
+# --- Nothing outlives the suite ----------------------------------------------------------------
+#: Helpers of Python's own that live as long as the pytest process, by a part of their command
+#: line: multiprocessing's resource tracker and fork server, and pytest-xdist's workers.
+OWN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
+               "exec(eval(sys.stdin.readline()))")
+
+
+def leftover_processes(root: Any, *, grace_s: float = 10.0) -> list[Any]:
+    """Descendants of ``root`` (a ``psutil.Process``) still alive after ``grace_s``, helpers out.
+
+    A zombie has ended (it only waits to be reaped), so it does not count. The grace lets a
+    process that was just killed finish dying; it is a bound, not a timing.
+    """
+    import psutil
+
+    def alive() -> list[Any]:
+        out = []
+        for proc in root.children(recursive=True):
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                cmdline = " ".join(proc.cmdline())
+            except psutil.Error:  # ended meanwhile
+                continue
+            if not any(helper in cmdline for helper in OWN_HELPERS):
+                out.append(proc)
+        return out
+
+    left = alive()
+    if left:
+        psutil.wait_procs(left, timeout=grace_s)
+        left = alive()
+    return left
+
+
+def describe(procs: list[Any]) -> str:
+    import psutil
+
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"pid {proc.pid}: {' '.join(proc.cmdline())[:300]}")
+        except psutil.Error:
+            lines.append(f"pid {proc.pid}: (ended while being named)")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="session")
+def leftovers() -> tuple[Callable[..., list[Any]], Callable[[list[Any]], str]]:
+    """(:func:`leftover_processes`, :func:`describe`), for the test of the check itself."""
+    return leftover_processes, describe
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    """Fail the suite when a process it started (any descendant of pytest) is still running.
+
+    pytest becomes a child subreaper first, so a process orphaned by its owner's death (a test's
+    owner process killed) is adopted by pytest instead of init, and is still found here.
+    """
+    import psutil
+
+    from robot_latency.lifetime import set_subreaper
+
+    set_subreaper()
+    me = psutil.Process()
+    yield
+    left = leftover_processes(me)
+    if left:
+        names = describe(left)
+        for proc in left:  # the suite fails, but leaves nothing behind either
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"{len(left)} process(es) the suite started outlived it:\n{names}",
+                    pytrace=False)
 
 
 #: Typed forms an operator may send, and the plain forms the bundled planner was trained on.

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.lifetime import popen
 from robot_latency.records import CycleRecord, read_records
 from robot_latency.report.client import (
     ClientRecord,
@@ -154,7 +155,7 @@ def test_replayer_measures_reaction_at_the_client_edge_over_dds(tmp_path: Path) 
     run_dir = tmp_path / "run"
     env = _env()
     node_log = open(tmp_path / "node.log", "wb")
-    node = subprocess.Popen(
+    node = popen(
         [sys.executable, "-m", "robot_latency.ros.planner_node",
          *_ros_args({"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
                      "deadline_ms": 150.0, "period_ms": 200.0, "log_dir": str(run_dir),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.lifetime import popen
 from robot_latency.rosenv import ros_facts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ sys.exit(ls.run())
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # SIGINT at its default in the launch, whatever this process inherited: a background job of a
     # non-interactive shell ignores SIGINT, and an ignored SIGINT would reach the launch ignored.
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+    proc = popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out: list[bytes] = []

@@ -56,8 +56,8 @@ class LocalServer:
         extra_args: further command-line arguments.
         cpus: the cores the server may run on (None: any); a benchmark gives the server cores of
             its own, as if it were another machine.
-        extra_bufts: llama.cpp's extra buffer types in the server (auto: off where the CPU or
-            build has AMX; :mod:`robot_latency.engines.llama_serve`).
+        extra_bufts: llama.cpp's extra buffer types in the server (auto: off where the loaded
+            llama.cpp has AMX kernels; :mod:`robot_latency.engines.llama_serve`).
     """
 
     def __init__(self, model_path: str | Path, *, port: int = 0, n_ctx: int = 1024,

@@ -105,11 +105,13 @@ def _play(cmd: list[str], env: dict[str, str], rlog: Any, *, cycle_log: Path,
 
 def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1.0,
             start_timeout_s: float = 180.0, play_timeout_s: float = 900.0,
-            tail_s: float = 1.0, progress: bool = False) -> Path:
+            tail_s: float = 30.0, progress: bool = False) -> Path:
     """Run the planner node and the bag replayer for one configuration; return the run dir.
 
     With ``progress``, a bar on stderr shows the node's cycles and misses while the stream
-    plays (only when stderr is a terminal).
+    plays (only when stderr is a terminal). ``tail_s`` bounds the replayer's wait for the last
+    command's plan: it leaves as soon as that plan is in, so a loaded host's last plan is
+    received, not counted unanswered.
 
     Raises:
         DemoError: a process failed or did not finish in time (the message names its log).

@@ -309,14 +309,19 @@ class MisbehavingServer:
     """An OpenAI-compatible server written to misbehave: the request's ``model`` picks how.
 
     ``plan`` streams a valid action plan; ``endless_plan`` a complete one (``<end>`` included),
-    then more text and no finish (bounded); ``slow`` streams ``<pick>`` forever (bounded);
+    then more text and no finish (bounded); ``slow`` streams ``<pick>`` forever (bounded by
+    :attr:`MAX_STREAM_S`), ``endless`` the same for longer than any test waits (bounded by
+    :attr:`ENDLESS_STREAM_S`: only a closed stream ends it in a test);
     ``stall`` sends one chunk, then nothing; ``malformed`` sends data that is not JSON;
     ``error_event`` an error object inside the stream; ``no_finish`` ends with ``[DONE]`` and no
     finish_reason; ``bad_plan`` finishes text that breaks the contract; ``http500`` / ``http404``
-    answer with that status. ``events`` records ("request", mode) and ("disconnected", mode).
+    answer with that status. ``events`` records, in order, ("request", mode), then for a stream
+    ("disconnected", mode) when the client closed it before its end (its generator is cancelled:
+    nothing more is generated for it) or ("finished", mode) when it ran to its end.
     """
 
-    MAX_STREAM_S = 30.0  # every stream ends by itself after this (a hang guard)
+    MAX_STREAM_S = 30.0  # every stream ends by itself after this (a hang guard) ...
+    ENDLESS_STREAM_S = 900.0  # ... but "endless", which outlasts any test's deadline
 
     def __init__(self) -> None:
         import threading
@@ -366,7 +371,8 @@ class MisbehavingServer:
 
             async def gen() -> Any:
                 loop = asyncio.get_running_loop()
-                end = loop.time() + self.MAX_STREAM_S
+                end = loop.time() + (self.ENDLESS_STREAM_S if mode == "endless"
+                                     else self.MAX_STREAM_S)
                 try:
                     if mode == "plan":
                         for piece in ("<pick>", "<col:red>", "<obj:cup>"):
@@ -378,7 +384,7 @@ class MisbehavingServer:
                         while loop.time() < end:
                             yield chunk("<pick>")
                             await asyncio.sleep(0.02)
-                    elif mode == "slow":
+                    elif mode in ("slow", "endless"):
                         while loop.time() < end:
                             yield chunk("<pick>")
                             await asyncio.sleep(0.02)
@@ -399,6 +405,7 @@ class MisbehavingServer:
                         yield chunk("hello robot")
                         yield chunk("", "stop")
                     yield "data: [DONE]\n\n"
+                    self.events.append(("finished", mode))
                 except asyncio.CancelledError:
                     self.events.append(("disconnected", mode))
                     raise

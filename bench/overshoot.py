@@ -201,9 +201,7 @@ def main() -> int:
     n_cpu = len(os.sched_getaffinity(0))
     budget = CpuBudget(loop_cpus=(0,) if args.pin and n_cpu > 1 else (),
                        engine_nice=args.worker_nice, loop_priority=50 if args.rt else 0)
-    loads = [mp.Process(target=_spin_forever, daemon=True) for _ in range(args.load_procs)]
-    for p in loads:
-        p.start()
+    loads = [start_process(mp, _spin_forever, daemon=True) for _ in range(args.load_procs)]
     try:
         if args.baseline:
             result = _baseline(args, budget)

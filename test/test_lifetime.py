@@ -197,3 +197,34 @@ def test_the_suite_check_names_a_leftover_and_not_pythons_helpers(
         stray.kill()
         stray.wait()
     assert stray.pid not in [p.pid for p in find(me, grace_s=0.0)]
+
+
+def _direct_starts(path: Path) -> list[int]:
+    """Lines in ``path`` that start a process without :mod:`robot_latency.lifetime`:
+    ``subprocess.Popen(...)`` or ``<context>.Process(...)``."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("Popen", "Process"):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id == "psutil":
+                continue  # psutil.Process(pid) looks at a process, starts none
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_long_lived_process_is_started_through_lifetime(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    allowed = {"robot_latency/lifetime.py",
+               "test/test_lifetime.py"}  # the one helper; this file's counter-example
+    found = {str(p.relative_to(root)): _direct_starts(p)
+             for d in ("robot_latency", "bench", "test") for p in (root / d).rglob("*.py")}
+    found = {k: v for k, v in found.items() if v and k not in allowed}
+    assert found == {}, f"start these with robot_latency.lifetime (popen / start_process): {found}"
+    probe = tmp_path / "probe.py"  # the check itself finds both kinds
+    probe.write_text("import subprocess, multiprocessing as mp\n"
+                     "p = subprocess.Popen(['true'])\n"
+                     "q = mp.get_context('spawn').Process(target=print)\n")
+    assert _direct_starts(probe) == [2, 3]

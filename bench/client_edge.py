@@ -45,6 +45,7 @@ from typing import Any
 from benchio import emit_result
 
 from robot_latency.demo_job import DemoConfig, _bin, _ros_args, run_one
+from robot_latency.lifetime import popen
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import (
     INFLATED_PREFIX,
@@ -75,7 +76,7 @@ def run_naive(model: Path, *, stream: Path, out: Path, speed: float, deadline_ms
            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
            "PYTHONUNBUFFERED": "1"}
     with open(out / "naive_node.log", "wb") as nlog, open(out / "bag_replayer.log", "wb") as rlog:
-        node = subprocess.Popen([sys.executable, str(NAIVE), *_ros_args(
+        node = popen([sys.executable, str(NAIVE), *_ros_args(
             {"model": str(model), "n_threads": n_threads, "n_threads_batch": n_threads_batch,
              "grammar": grammar})], env=env, stdout=nlog, stderr=subprocess.STDOUT)
         try:

@@ -50,8 +50,10 @@ from typing import Any
 import psutil
 from benchio import emit_result
 
+from robot_latency import lifetime
 from robot_latency.engines.base import GenerationRequest, StopReason, create_engine
 from robot_latency.engines.llama_server import LocalServer
+from robot_latency.lifetime import popen
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import InlineRunner, PlannerLoop
@@ -224,9 +226,9 @@ class FleetLoad:
         self.stop = ctx.Event()
         self._done = ctx.Value("l", 0)
         self._busy_s = ctx.Value("d", 0.0, lock=False)
-        self.proc = ctx.Process(target=_load_main, daemon=True,
-                                args=(url, n, period_ms / 1000, cpus, self.stop, self._done,
-                                      self._busy_s))
+        self.proc = lifetime.process(ctx, _load_main, daemon=True,
+                                     args=(url, n, period_ms / 1000, cpus, self.stop, self._done,
+                                           self._busy_s))
         self.n = n
         self.started = 0.0
         self.wall_s = 0.0
@@ -245,7 +247,7 @@ class FleetLoad:
                 "mean_requests_in_flight": busy / self.wall_s if self.wall_s else None}
 
     def __enter__(self) -> FleetLoad:
-        self.proc.start()
+        lifetime.start(self.proc)
         # The load is on once every robot has had one answer: a measurement started before
         # then (the spawned process still importing) would run on an idle server.
         give_up = time.monotonic() + LOAD_START_TIMEOUT_S
@@ -448,7 +450,7 @@ def _kill_once(args: argparse.Namespace, server: LocalServer, stream_path: Path,
     killer = Killer(server, args.kills, served_between=_served_between(args))
     out, err = logs / f"{run_dir.name}.json", logs / f"{run_dir.name}.stderr"
     with open(out, "wb") as fout, open(err, "wb") as ferr:
-        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
+        proc = popen(cmd, stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
         try:
             killer.run(alive=lambda: proc.poll() is None)
             rc = proc.wait(timeout=_stream(args).duration_ns / 1e9 + KILL_RUN_GRACE_S)

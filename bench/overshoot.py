@@ -39,6 +39,7 @@ import psutil
 from benchio import emit_result
 
 from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
+from robot_latency.lifetime import start_process
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.loop import PlannerLoop
@@ -138,8 +139,8 @@ def _planner(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
 
 def _baseline(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
     """The machine alone: sleep to each give-up time (1.5 ms spin at the end), note the delay."""
-    proc = mp.get_context("spawn").Process(target=_spin_forever, daemon=True)
-    proc.start()  # the engine's stand-in, on the engine's cores at the engine's niceness
+    proc = start_process(mp.get_context("spawn"), _spin_forever, daemon=True)
+    # the engine's stand-in, on the engine's cores at the engine's niceness
     engine_cpus = budget.resolved_engine_cpus()
     if engine_cpus:
         os.sched_setaffinity(proc.pid, engine_cpus)
@@ -200,9 +201,7 @@ def main() -> int:
     n_cpu = len(os.sched_getaffinity(0))
     budget = CpuBudget(loop_cpus=(0,) if args.pin and n_cpu > 1 else (),
                        engine_nice=args.worker_nice, loop_priority=50 if args.rt else 0)
-    loads = [mp.Process(target=_spin_forever, daemon=True) for _ in range(args.load_procs)]
-    for p in loads:
-        p.start()
+    loads = [start_process(mp, _spin_forever, daemon=True) for _ in range(args.load_procs)]
     try:
         if args.baseline:
             result = _baseline(args, budget)

@@ -24,6 +24,7 @@ from typing import Any
 
 from benchio import emit_result
 
+from robot_latency.lifetime import popen
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_inputs import TargetInputs, untimed_inputs
 from robot_latency.planner.target_sim import sim_commands, target_answer
@@ -32,7 +33,7 @@ from robot_latency.streams import SHIPPED_DIR, read_stream
 
 
 def _busy(n: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:

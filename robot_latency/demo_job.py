@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.lifetime import popen
 from robot_latency.planner.config import DEFAULT_TARGET_DEVICE, RunSettings
 from robot_latency.progress import CycleLogFollower, CycleProgress
 from robot_latency.rosenv import localhost_env
@@ -80,7 +81,7 @@ def _play(cmd: list[str], env: dict[str, str], rlog: Any, *, cycle_log: Path,
           timeout_s: float, replay_log: Path, bar: CycleProgress) -> None:
     """Run the bag replayer to its end; meanwhile count the node's cycles into ``bar``."""
     follower = CycleLogFollower(cycle_log)
-    replayer = subprocess.Popen(cmd, env=env, stdout=rlog, stderr=subprocess.STDOUT)
+    replayer = popen(cmd, env=env, stdout=rlog, stderr=subprocess.STDOUT)
     end = time.monotonic() + timeout_s
     try:
         while True:
@@ -104,11 +105,13 @@ def _play(cmd: list[str], env: dict[str, str], rlog: Any, *, cycle_log: Path,
 
 def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1.0,
             start_timeout_s: float = 180.0, play_timeout_s: float = 900.0,
-            tail_s: float = 1.0, progress: bool = False) -> Path:
+            tail_s: float = 30.0, progress: bool = False) -> Path:
     """Run the planner node and the bag replayer for one configuration; return the run dir.
 
     With ``progress``, a bar on stderr shows the node's cycles and misses while the stream
-    plays (only when stderr is a terminal).
+    plays (only when stderr is a terminal). ``tail_s`` bounds the replayer's wait for the last
+    command's plan: it leaves as soon as that plan is in, so a loaded host's last plan is
+    received, not counted unanswered.
 
     Raises:
         DemoError: a process failed or did not finish in time (the message names its log).
@@ -120,7 +123,7 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
     replay_log = run_dir.parent / f"{run_dir.name}.bag_replayer.log"
     params = {**config.params, "log_dir": str(run_dir), "label": config.label}
     with open(node_log, "wb") as nlog, open(replay_log, "wb") as rlog:
-        node = subprocess.Popen([_bin("planner_node"), *_ros_args(params)], env=env,
+        node = popen([_bin("planner_node"), *_ros_args(params)], env=env,
                                 stdout=nlog, stderr=subprocess.STDOUT)
         try:
             # The manifest appears once the engine has loaded and the loop is about to run.

@@ -1,14 +1,16 @@
-"""How llama.cpp loads a model on this CPU: the extra buffer types off where they crash.
+"""How llama.cpp loads a model here: the extra buffer types off where the build's AMX kernels crash.
 
 llama.cpp's "extra buffer types" are the CPU backend's alternative weight layouts: REPACK (Q4_0,
-IQ4_NL and Q8_0 weights interleaved for AVX2/AVX-512/NEON kernels) and, on an x86 CPU with AMX,
-the AMX buffer type. On a CPU with AMX (``amx_int8`` in /proc/cpuinfo; llama.cpp's system info
-``AMX_INT8 = 1``) llama-cpp-python 0.3.36 built with ``-march=native`` segfaults in ``decode``
-for quantized levels (ggml-org/llama.cpp#20824, ``ggml_backend_amx_mul_mat``, stale without a
-fix). Loading with ``llama_model_params.use_extra_bufts = False`` avoids it, at the cost of the
-REPACK speed-up (docs/BENCHMARKS.md, "Extra buffer types"). So the policy is:
+IQ4_NL and Q8_0 weights interleaved for AVX2/AVX-512/NEON kernels) and, in a build with AMX
+kernels, the AMX buffer type. llama-cpp-python 0.3.36 built with ``-march=native`` on a CPU with
+AMX compiles those kernels in (its system info: ``AMX_INT8 = 1``), and they segfault in
+``decode`` for quantized levels (ggml-org/llama.cpp#20824, ``ggml_backend_amx_mul_mat``, stale
+without a fix). Loading with ``llama_model_params.use_extra_bufts = False`` avoids it, at the
+cost of the REPACK speed-up (docs/BENCHMARKS.md, "Extra buffer types"). The crash is in the
+build's kernels, not the CPU: the portable build (``make install``: x86-64-v3, no AMX kernels)
+runs REPACK safely on the same AMX CPU. So the policy keys on the loaded build:
 
-    extra_bufts = "auto"   off where the CPU or the llama.cpp build has AMX, on elsewhere
+    extra_bufts = "auto"   off where the loaded llama.cpp has AMX kernels, on elsewhere
                   "on"     on (the user says the crash does not apply to their build)
                   "off"    off everywhere
 
@@ -146,14 +148,16 @@ def load_policy(extra_bufts: str = "auto", *, features: CpuFeatures | None = Non
         return LoadPolicy("off", False, "extra buffer types off (asked for)")
     features = read_cpu_features() if features is None else features
     info = llama_system_info() if system_info is None else system_info
-    why = []
-    if features.amx:
-        why.append("the CPU has AMX (" + ", ".join(sorted(features.flags & AMX_FLAGS)) + ")")
+    cpu = ("the CPU has AMX (" + ", ".join(sorted(features.flags & AMX_FLAGS)) + ")"
+           if features.amx else "")
     if build_has_amx(info):
-        why.append("llama.cpp was built with AMX (AMX_INT8 = 1)")
-    if why:
-        return LoadPolicy("auto", False, "extra buffer types off: " + " and ".join(why) +
-                          " (llama.cpp's AMX path segfaults in decode: ggml-org/llama.cpp#20824)")
+        return LoadPolicy("auto", False, "extra buffer types off: the loaded llama.cpp has AMX "
+                          "kernels (AMX_INT8 = 1), whose path segfaults in decode "
+                          "(ggml-org/llama.cpp#20824)")
+    if cpu:
+        return LoadPolicy("auto", True, f"extra buffer types on: {cpu}, but the loaded "
+                          "llama.cpp has no AMX kernels (no AMX_INT8 in its system info, as in "
+                          "the portable build): REPACK kept")
     return LoadPolicy("auto", True, "extra buffer types on (no AMX: REPACK kept)")
 
 

@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: small llama GGUF files written in the test.
+"""Fixtures shared by the whole suite: small llama GGUF files written in the test, the servers,
+and the check that nothing the suite started is still running at its end.
 
 Two writers, handed out as session fixtures (the test tree is not a package, and pytest's
 importlib mode puts no test folder on ``sys.path``, so tests cannot import a helper module):
@@ -189,6 +190,85 @@ def tiny_llama_gguf() -> Callable[..., Path]:
     return write_tiny_llama_gguf
 
 
+# --- Nothing outlives the suite ----------------------------------------------------------------
+#: Helpers of Python's own that live as long as the pytest process, by a part of their command
+#: line: multiprocessing's resource tracker and fork server, and pytest-xdist's workers.
+OWN_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
+               "exec(eval(sys.stdin.readline()))")
+
+
+def leftover_processes(root: Any, *, grace_s: float = 10.0) -> list[Any]:
+    """Descendants of ``root`` (a ``psutil.Process``) still alive after ``grace_s``, helpers out.
+
+    A zombie has ended (it only waits to be reaped), so it does not count. The grace lets a
+    process that was just killed finish dying; it is a bound, not a timing.
+    """
+    import psutil
+
+    def alive() -> list[Any]:
+        out = []
+        for proc in root.children(recursive=True):
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                cmdline = " ".join(proc.cmdline())
+            except psutil.Error:  # ended meanwhile
+                continue
+            if not any(helper in cmdline for helper in OWN_HELPERS):
+                out.append(proc)
+        return out
+
+    left = alive()
+    if left:
+        psutil.wait_procs(left, timeout=grace_s)
+        left = alive()
+    return left
+
+
+def describe(procs: list[Any]) -> str:
+    import psutil
+
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"pid {proc.pid}: {' '.join(proc.cmdline())[:300]}")
+        except psutil.Error:
+            lines.append(f"pid {proc.pid}: (ended while being named)")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="session")
+def leftovers() -> tuple[Callable[..., list[Any]], Callable[[list[Any]], str]]:
+    """(:func:`leftover_processes`, :func:`describe`), for the test of the check itself."""
+    return leftover_processes, describe
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    """Fail the suite when a process it started (any descendant of pytest) is still running.
+
+    pytest becomes a child subreaper first, so a process orphaned by its owner's death (a test's
+    owner process killed) is adopted by pytest instead of init, and is still found here.
+    """
+    import psutil
+
+    from robot_latency.lifetime import set_subreaper
+
+    set_subreaper()
+    me = psutil.Process()
+    yield
+    left = leftover_processes(me)
+    if left:
+        names = describe(left)
+        for proc in left:  # the suite fails, but leaves nothing behind either
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"{len(left)} process(es) the suite started outlived it:\n{names}",
+                    pytrace=False)
+
+
 #: Typed forms an operator may send, and the plain forms the bundled planner was trained on.
 TYPED_AND_PLAIN = [
     ("STOP", "stop"),
@@ -229,14 +309,19 @@ class MisbehavingServer:
     """An OpenAI-compatible server written to misbehave: the request's ``model`` picks how.
 
     ``plan`` streams a valid action plan; ``endless_plan`` a complete one (``<end>`` included),
-    then more text and no finish (bounded); ``slow`` streams ``<pick>`` forever (bounded);
+    then more text and no finish (bounded); ``slow`` streams ``<pick>`` forever (bounded by
+    :attr:`MAX_STREAM_S`), ``endless`` the same for longer than any test waits (bounded by
+    :attr:`ENDLESS_STREAM_S`: only a closed stream ends it in a test);
     ``stall`` sends one chunk, then nothing; ``malformed`` sends data that is not JSON;
     ``error_event`` an error object inside the stream; ``no_finish`` ends with ``[DONE]`` and no
     finish_reason; ``bad_plan`` finishes text that breaks the contract; ``http500`` / ``http404``
-    answer with that status. ``events`` records ("request", mode) and ("disconnected", mode).
+    answer with that status. ``events`` records, in order, ("request", mode), then for a stream
+    ("disconnected", mode) when the client closed it before its end (its generator is cancelled:
+    nothing more is generated for it) or ("finished", mode) when it ran to its end.
     """
 
-    MAX_STREAM_S = 30.0  # every stream ends by itself after this (a hang guard)
+    MAX_STREAM_S = 30.0  # every stream ends by itself after this (a hang guard) ...
+    ENDLESS_STREAM_S = 900.0  # ... but "endless", which outlasts any test's deadline
 
     def __init__(self) -> None:
         import threading
@@ -286,7 +371,8 @@ class MisbehavingServer:
 
             async def gen() -> Any:
                 loop = asyncio.get_running_loop()
-                end = loop.time() + self.MAX_STREAM_S
+                end = loop.time() + (self.ENDLESS_STREAM_S if mode == "endless"
+                                     else self.MAX_STREAM_S)
                 try:
                     if mode == "plan":
                         for piece in ("<pick>", "<col:red>", "<obj:cup>"):
@@ -298,7 +384,7 @@ class MisbehavingServer:
                         while loop.time() < end:
                             yield chunk("<pick>")
                             await asyncio.sleep(0.02)
-                    elif mode == "slow":
+                    elif mode in ("slow", "endless"):
                         while loop.time() < end:
                             yield chunk("<pick>")
                             await asyncio.sleep(0.02)
@@ -319,6 +405,7 @@ class MisbehavingServer:
                         yield chunk("hello robot")
                         yield chunk("", "stop")
                     yield "data: [DONE]\n\n"
+                    self.events.append(("finished", mode))
                 except asyncio.CancelledError:
                     self.events.append(("disconnected", mode))
                     raise

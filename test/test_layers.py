@@ -27,9 +27,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stats",),                            # percentiles, Wilson interval, run summary
     ("floor",),                            # predictions and device/model facts
     ("records",),                          # the cycle record (floor calibrates from records)
-    ("clock", "digest", "progress", "rosenv", "hostfacts", "llama_load"),  # clock, digest,
-                                           # progress bars, llama.cpp load settings,
-                                           # ROS facts, host facts
+    ("clock", "digest", "progress", "rosenv", "hostfacts", "llama_load", "lifetime"),
+                                           # clock, digest, progress bars, llama.cpp load
+                                           # settings, ROS facts, host facts, child processes
+                                           # that die with their owner
     ("errors", "__init__"),                # the error base; the package's version
 )
 

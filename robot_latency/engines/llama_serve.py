@@ -4,8 +4,8 @@
 
 ARGS are ``python -m llama_cpp.server``'s own. The server builds its ``Llama`` itself, and
 ``Llama(...)`` does not expose ``use_extra_bufts``, so this runs that server's ``main`` with the
-model parameters set as :func:`robot_latency.llama_load.load_policy` chooses: off on a CPU or
-build with AMX, whose path segfaults in decode (ggml-org/llama.cpp#20824), on elsewhere.
+model parameters set as :func:`robot_latency.llama_load.load_policy` chooses: off where the loaded
+llama.cpp has AMX kernels, whose path segfaults in decode (ggml-org/llama.cpp#20824), on elsewhere.
 :class:`~robot_latency.engines.llama_server.LocalServer` starts the server this way.
 """
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.lifetime import popen
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ class LocalServer:
         extra_args: further command-line arguments.
         cpus: the cores the server may run on (None: any); a benchmark gives the server cores of
             its own, as if it were another machine.
-        extra_bufts: llama.cpp's extra buffer types in the server (auto: off where the CPU or
-            build has AMX; :mod:`robot_latency.engines.llama_serve`).
+        extra_bufts: llama.cpp's extra buffer types in the server (auto: off where the loaded
+            llama.cpp has AMX kernels; :mod:`robot_latency.engines.llama_serve`).
     """
 
     def __init__(self, model_path: str | Path, *, port: int = 0, n_ctx: int = 1024,
@@ -92,14 +93,24 @@ class LocalServer:
                     str(self.n_threads)]
         return cmd + list(self.extra_args)
 
+    @property
+    def running(self) -> bool:
+        """The server process is alive."""
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self) -> LocalServer:
-        """Start the server and wait until it answers.
+        """Start the server and wait until it answers; a running server is returned as it is.
+
+        The server dies with this process, however this process ends
+        (:mod:`robot_latency.lifetime`).
 
         Raises:
             LocalServerError: it exited or did not answer in time (with its log's end).
         """
         import httpx
 
+        if self.running:
+            return self
         if not self.model_path.is_file():
             raise LocalServerError(f"local server: model {self.model_path}: no such file")
         if self.log_path is None:
@@ -112,9 +123,8 @@ class LocalServer:
         cpus = self.cpus
         # Set before exec, so every thread the server starts inherits it.
         pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=pin)
+        self.proc = popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
         self.starts += 1
         end = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < end:
@@ -162,7 +172,8 @@ class LocalServer:
         return " | ".join(self.log_text().strip().splitlines()[-n:])
 
     def __enter__(self) -> LocalServer:
-        return self.start()
+        # ``with server.start():`` enters a running server: it is not started a second time.
+        return self if self.running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -42,7 +42,7 @@ class LlamaCppConfig:
             ``warm_prefix`` and ``max_new_tokens`` it must fit the context, checked at load.
         max_new_tokens: the most tokens a cycle generates (for that check).
         extra_bufts: llama.cpp's extra buffer types (REPACK, AMX): "auto" turns them off where
-            the CPU or the build has AMX, whose path segfaults in decode, and keeps them
+            the loaded llama.cpp has AMX kernels, whose path segfaults in decode, and keeps them
             elsewhere; "on" or "off" forces (robot_latency.llama_load).
     """
 

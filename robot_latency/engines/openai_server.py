@@ -377,11 +377,16 @@ class PendingGeneration:
         if self._trace is not None:
             return self._trace
         state, engine = self.state, self.engine
-        if stop is not None and not state.done.is_set():
-            self.future.cancel()  # the task's CancelledError closes the HTTP stream
+        # Whether the stream ended by itself is decided before it is cancelled: the cancel's
+        # own end (the task's ``finally`` on the event-loop thread, which can run before this
+        # thread takes the lock on a loaded host) is not the stream's end, and a stall given
+        # up at its deadline must not read as "ended without a finish_reason".
         with state.lock:
             state.closed = True
             ended = state.done.is_set()
+        if stop is not None and not ended:
+            self.future.cancel()  # the task's CancelledError closes the HTTP stream
+        with state.lock:
             # Given up or cancelled while the stream was open: it ends now, as the caller
             # stopped it; otherwise when the server's last chunk (or the fault) came.
             finished_ns = state.ended_ns if ended and state.ended_ns is not None \
@@ -392,7 +397,7 @@ class PendingGeneration:
             usage = state.usage or {}
             by_usage = usage.get("completion_tokens") is not None
             trace.stop_reason = state.own_end() if ended else (stop or StopReason.ABORTED)
-            fault = state.fault
+            fault = state.fault if ended else None
             if ended and trace.stop_reason is StopReason.ERROR and fault is None:
                 # [DONE] without a finish_reason: an interrupted answer can look finished
                 # (llama-cpp-python's server ends a stream this way when another request

@@ -2,10 +2,10 @@
 
 What it looks at, in order: the Jetson module and nvpmodel power mode, the jetson_clocks state, the
 ROS 2 distro and rclpy, llama.cpp's GPU offload and backend, the CPU's features and the llama.cpp
-load setting chosen for them (extra buffer types off with AMX), the ONNX Runtime providers that can
-start, the rtprio limit the params file's ``loop_priority`` needs, the CPUs the params file pins,
-free memory against the model's size, and the user cache. Device files are read under ``root``
-(``/`` on a real machine, a fixture tree in tests); nothing is changed.
+load setting chosen for them (extra buffer types off where the build has AMX kernels), the ONNX
+Runtime providers that can start, the rtprio limit the params file's ``loop_priority`` needs, the
+CPUs the params file pins, free memory against the model's size, and the user cache. Device files
+are read under ``root`` (``/`` on a real machine, a fixture tree in tests); nothing is changed.
 
 The findings and input are :mod:`.findings`, the checks of the machine :mod:`.machine` and of the
 software :mod:`.software`; this module runs them in order and gathers their names.

@@ -97,9 +97,10 @@ def _build_features(info: str) -> list[str]:
 def check_cpu(cpuinfo: Path | None = None, system_info: str | None = None) -> Check:
     """The CPU's vector extensions, what llama.cpp was built with, and the load setting chosen.
 
-    Where the CPU or the build has AMX, llama.cpp loads with its extra buffer types off
-    (robot_latency.llama_load): the AMX path segfaults in decode. That is a WARN, with the cost
-    (REPACK off) and the way to build without AMX.
+    Where the loaded llama.cpp has AMX kernels, it loads with its extra buffer types off
+    (robot_latency.llama_load): that path segfaults in decode. That is a WARN, with the cost
+    (REPACK off) and the way to a build without them (the portable one). An AMX CPU running a
+    build without AMX kernels (the portable one) keeps REPACK, and is OK: nothing to install.
     """
     from robot_latency.llama_load import load_policy, read_cpu_features
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.base import GenerationRequest, GenerationTrace
+from robot_latency.lifetime import start_process
 from robot_latency.planner.abort import AbortFlag
 from robot_latency.planner.config import DEFAULT_HANG_TIMEOUT_MS
 from robot_latency.planner.runner import Interrupt, RunnerHealth, RunOutcome, outcome_of
@@ -152,13 +153,13 @@ class ProcessRunner:
         self._stop_worker(polite=False)
         parent, child = self._ctx.Pipe()
         self._abort = AbortFlag(self._ctx)
-        self._proc = self._ctx.Process(target=_worker_main, name=f"engine-{self.engine_name}",
-                                       args=(child, self._abort, self.engine_name,
-                                             self.options, self.worker_nice,
-                                             self.worker_cpus,
-                                             logging.getLogger().getEffectiveLevel()),
-                                       daemon=True)
-        self._proc.start()
+        # The worker dies with this process, however it ends (a SIGKILL included).
+        self._proc = start_process(self._ctx, _worker_main, name=f"engine-{self.engine_name}",
+                                   args=(child, self._abort, self.engine_name,
+                                         self.options, self.worker_nice,
+                                         self.worker_cpus,
+                                         logging.getLogger().getEffectiveLevel()),
+                                   daemon=True)
         child.close()
         self._conn = parent
         self._busy_seq = None

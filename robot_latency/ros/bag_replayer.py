@@ -214,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             pacer.stop()
             node.get_logger().info(f"replay {'stopped' if stop.is_set() else 'done'}: "
                                    f"{pacer.report.summary()}")
-            # Let the last commands be delivered (reliable QoS) and answered before leaving.
-            spin_until(executor, stop, deadline_s=time.monotonic() + s.tail_s)
+            # Let the last commands be delivered (reliable QoS) and answered before leaving:
+            # measuring at the client edge, until the last command's plan is in (tail_s is
+            # then a bound, so a slow host's last plan is not counted unanswered); else tail_s.
+            spin_until(executor, stop, done=node.tracker.last_answered if node.client_edge
+                       else None, deadline_s=time.monotonic() + s.tail_s)
             if s.stay_alive:
                 spin_until(executor, stop)
             if node.client_edge:

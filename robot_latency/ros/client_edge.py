@@ -191,6 +191,12 @@ class ClientTracker:
                 row.plan_cycle = cycle if isinstance(cycle, int) else None
             return row
 
+    def last_answered(self) -> bool:
+        """The newest command sent has its plan (then no earlier one is waiting for its
+        status: each is answered or superseded); True when nothing was sent."""
+        with self._lock:
+            return not self._order or self._rows[self._order[-1]].received_ns is not None
+
     def records(self) -> list[ClientRecord]:
         """Return one record per sent command, in send order, with its final status.
 

@@ -38,7 +38,8 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
               low=1, high=1000),
     ParamSpec("tail_s", 1.0, "double",
               "keep running this long after the last command, so it is delivered and "
-              "answered (s)", low=0.0, high=3600.0),
+              "answered (s); measuring at the client edge, at most this long: it ends when "
+              "the last command's plan arrives", low=0.0, high=3600.0),
     ParamSpec("stay_alive", False, "bool", "keep running after the replay instead of exiting"),
     ParamSpec("client_log_dir", "", "string",
               "measure at the client edge and write client.jsonl and client_summary.json here "

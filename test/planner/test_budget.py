@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from robot_latency.lifetime import start_process
 from robot_latency.planner.budget import (
     OWN_CORE_SPIN_MS,
     SHARED_CORE_NAP_MS,
@@ -139,9 +140,8 @@ def test_abort_flag_crosses_processes_without_a_lock(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     flag = AbortFlag(ctx)
     waiting, seen = ctx.RawValue("i", 0), ctx.RawValue("i", 0)
-    child = ctx.Process(target=runpy.run_path, args=(str(script),),
-                        kwargs={"init_globals": {"flag": flag, "waiting": waiting, "seen": seen}})
-    child.start()
+    child = start_process(ctx, runpy.run_path, args=(str(script),), kwargs={
+        "init_globals": {"flag": flag, "waiting": waiting, "seen": seen}})
     try:
         end = time.monotonic() + 120
         while waiting.value == 0:

@@ -9,6 +9,7 @@ import pytest
 
 from robot_latency.cli import main
 from robot_latency.clock import ScriptedClock
+from robot_latency.lifetime import popen
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.replay import replay
@@ -228,7 +229,7 @@ def test_signal_mid_run_leaves_complete_files(tmp_path: Path, sig: str) -> None:
 
     path = _stream(tmp_path, [i * 50 for i in range(400)])
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "robot_latency.cli", "run", "--engine", "sim",
+    proc = popen([sys.executable, "-m", "robot_latency.cli", "run", "--engine", "sim",
                              "--stream",
                              str(path), "--device", "orin-agx-64gb", "--deadline-ms", "40",
                              "--period-ms", "50", "--out", str(out)],

@@ -22,16 +22,20 @@ from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
 CONFIG = RunSettings(period_ms=1500, deadline_ms=1500, publish_margin_ms=100)
+#: For a server that answers (or fails) by itself: a deadline only a hang reaches, so what the
+#: cycle records is the server's doing whatever the host's load; the stall alone needs the
+#: deadline to come, and it comes whatever the load, since the server never answers.
+GUARD = RunSettings(period_ms=60_000, deadline_ms=60_000, publish_margin_ms=100)
 
 
 class Loop:
     """A loop over one openai engine, collecting its records and published envelopes."""
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, config: RunSettings = CONFIG, **options: Any) -> None:
         self.engine = create_engine("openai", server_url=url, **options)
         self.records: list[CycleRecord] = []
         self.published: list[dict[str, Any]] = []
-        self.loop = PlannerLoop(CONFIG, InlineRunner(self.engine), publish=self.published.append,
+        self.loop = PlannerLoop(config, InlineRunner(self.engine), publish=self.published.append,
                                 sink=self.records.append, planning=load_planning(None))
 
     def cycle(self, text: str = "pick up the red cup") -> CycleRecord:
@@ -54,7 +58,7 @@ class Loop:
 ])
 def test_each_server_fault_falls_back_by_the_deadline_with_its_reason(
         misbehaving_server: Any, mode: str, reason: str | None) -> None:
-    loop = Loop(misbehaving_server.url, server_model=mode)
+    loop = Loop(misbehaving_server.url, CONFIG if mode == "stall" else GUARD, server_model=mode)
     try:
         rec = loop.cycle()
     finally:
@@ -78,7 +82,7 @@ def test_server_down_falls_back_as_server_unreachable() -> None:
 
 
 def test_a_real_server_plans_and_the_record_says_where(llama_server: Any) -> None:
-    loop = Loop(llama_server.url)
+    loop = Loop(llama_server.url, GUARD)
     try:
         rec = loop.cycle("go to the kitchen")
     finally:
@@ -95,8 +99,8 @@ def _fds() -> int:
 
 def test_no_leak_when_the_server_is_killed_and_restarted_midway(llama_server: Any) -> None:
     """A short form of the 1,000-cycle drill (bench/offboard_leak.py runs the long one)."""
-    loop = Loop(llama_server.url)
     n, kill_at, back_at = 36, 12, 24
+    loop = Loop(llama_server.url, GUARD)  # every plan the server's while it is up
     try:
         for _ in range(4):  # warm: connection pool, event loop, first allocations
             loop.cycle()
@@ -135,7 +139,10 @@ def test_a_server_killed_mid_stream_falls_back_as_server_error_in_time(tmp_path:
     with LocalServer(bundled_model_path(), n_threads=1,
                      log_path=tmp_path / "server.log") as server:
         # A long unconstrained answer (end of text banned), so the kill lands mid-stream.
-        loop = Loop(server.url, grammar=False, request_extra={"logit_bias": {"4": -100.0}})
+        # The deadline is a hang guard: the stream breaks after its first chunk, however long
+        # that chunk takes on a loaded host.
+        loop = Loop(server.url, GUARD, grammar=False,
+                    request_extra={"logit_bias": {"4": -100.0}})
         loop.loop.max_tokens = 800
         started: list[Any] = []
         start = loop.engine.start

@@ -20,6 +20,7 @@ from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.node import Node
 
+from robot_latency.lifetime import popen
 from robot_latency.rosenv import LOCALHOST_ENV
 from robot_latency_interfaces.action import PlanCommand
 
@@ -61,7 +62,7 @@ def caller(ros_context: Context, spinner_for: Callable[[Context], Spinner],
     log_dir = tmp_path_factory.mktemp("managed-action")
     env = {**os.environ, **LOCALHOST_ENV,
            "ROS_DOMAIN_ID": str(ros_context.get_domain_id()), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
+    proc = popen(
         [sys.executable, "-m", "robot_latency.ros.managed_planner_node", "--ros-args",
          "-p", "engine:=sim", "-p", "target_device:=orin-agx-64gb", "-p", "mode:=event",
          "-p", "deadline_ms:=3000.0", "-p", "period_ms:=3000.0", "-p", f"log_dir:={log_dir}"],

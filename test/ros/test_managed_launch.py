@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.lifetime import popen
 from robot_latency.rosenv import ros_facts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,9 +65,9 @@ sys.exit(ls.run())
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # SIGINT at its default in the launch, whatever this process inherited: a background job of a
     # non-interactive shell ignores SIGINT, and an ignored SIGINT would reach the launch ignored.
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT, start_new_session=True,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.extend(proc.stdout or []), daemon=True)
     reader.start()
@@ -85,6 +86,11 @@ sys.exit(ls.run())
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        # The launch has exited, but its last lines may still be in the pipe: the log is
+        # whole once the reader has read to its end (the pipe closes when the launch and the
+        # node it started have both exited), not when the launch's exit was seen.
+        reader.join(timeout=60)
+    assert not reader.is_alive(), "the launch's output never ended (a process kept the pipe)"
     log = b"".join(out).decode(errors="replace")
     assert "configured: engine sim" in log and "active: run 1" in log, log
     assert (run / "summary.json").is_file(), log

@@ -31,6 +31,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from robot_latency.lifetime import popen
 from robot_latency.records import read_records
 from robot_latency.ros.client_edge import tag_command
 from robot_latency.ros.managed_planner_node import ManagedPlannerNode
@@ -106,7 +107,7 @@ def _start(tmp_path: Path, params: dict[str, str]) -> subprocess.Popen[bytes]:
     for k, v in params.items():
         args += ["-p", f"{k}:={v}"]
     log = open(tmp_path / "node.log", "wb")
-    return subprocess.Popen(args, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    return popen(args, env=_env(), stdout=log, stderr=subprocess.STDOUT)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:

@@ -29,6 +29,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from robot_latency.lifetime import popen
 from robot_latency.records import read_records
 from robot_latency.streams import read_stream
 from robot_latency_interfaces.action import PlanCommand
@@ -145,7 +146,7 @@ def _start_planner(context: Context, log_dir: Path, *params: str,
     args = [str(BIN / "planner_node"), "--ros-args", "-p", "mode:=event",
             "-p", f"log_dir:={log_dir}", *(a for p in params for a in ("-p", p)),
             *(["-r", f"__ns:={namespace}"] if namespace else [])]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _stop(proc: subprocess.Popen) -> str:

@@ -30,6 +30,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
 from std_msgs.msg import String
 
+from robot_latency.lifetime import popen
 from robot_latency.records import read_records
 from robot_latency.ros.planner_node import PlannerNode
 from robot_latency.streams import Command, write_bag
@@ -380,7 +381,7 @@ def test_signal_leaves_a_complete_log(sig: signal.Signals, probe: Probe, tmp_pat
     log_dir = tmp_path / "run"
     ns = f"/sig{sig.value}"
     plans = probe.listen(f"{ns}/plan")
-    proc = subprocess.Popen(
+    proc = popen(
         [str(BIN / "planner_node"), "--ros-args", *SIM, "-p", "period_ms:=50.0",
          "-p", "deadline_ms:=40.0", "-p", f"log_dir:={log_dir}",
          "-r", "__node:=sig_planner", "-r", f"planner/plan_json:={ns}/plan",
@@ -414,7 +415,7 @@ def test_event_mode_answers_each_command_and_stops_at_max_cycles(probe: Probe,
     pub = probe.node.create_publisher(String, "/evt/planner/command",
                                       QoSProfile(depth=10,
                                                  reliability=ReliabilityPolicy.RELIABLE))
-    proc = subprocess.Popen(
+    proc = popen(
         [str(BIN / "planner_node"), "--ros-args", *SIM, "-p", "mode:=event",
          "-p", "max_cycles:=1", "-p", f"log_dir:={log_dir}", "-r", "__ns:=/evt"],
         env=ros_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, quant_level, split_list
+from robot_latency.cli.common import UsageError, echo, quant_level, quant_list_arg, split_list
 from robot_latency.cli.run import (
     add_host_load,
     add_run_args,
@@ -169,7 +169,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "OUT to resume: finished points are skipped, an unfinished one is moved to "
                     "OUT/.incomplete/ and run again.")
     add_run_args(p)
-    p.add_argument("--quants", default=None,
+    quant_list_arg(p, "--quants", default=None,
                    help="comma-separated quant levels of --model (a GGUF's ladder, built on "
                         "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
                         "against the highest-precision one")

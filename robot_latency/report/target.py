@@ -294,16 +294,16 @@ def plot_target_e2e(levels: Sequence[TargetLevel],
 # --- the loop simulated on the target (robot_latency.planner.target_sim) -----------------------
 
 def simulated_answers(runs: Sequence[RunData],
-                      run_dirs: Sequence[str | os.PathLike[str]]) -> list[Any]:
+                      run_dirs: Sequence[str | os.PathLike[str]], *,
+                      transport_margin_ms: float | None = None) -> list[Any]:
     """Return each run's simulated answer on the target (None where its directory keeps no
     ``target.json``, or a broken one: logged, the report goes on).
 
-    The loop's rules are the run's own (``target.json``), with the margins this run kept: the
-    median of its records' ``margin_ns`` less the publish margin is the transport margin (all
-    of it is the publish margin where that one was learned, as ``run`` learns it).
+    The loop's rules are the run's own (``target.json``) with the target's margins
+    (:func:`~robot_latency.planner.target_sim.target_rules`): ``transport_margin_ms`` measured
+    on the robot, else the stated default. The margins this host's run kept (its records'
+    ``margin_ns``) never enter: what the target keeps is the target's.
     """
-    from dataclasses import replace
-
     from robot_latency.floor.errors import FloorError
     from robot_latency.planner.target_inputs import read_target_inputs
     from robot_latency.planner.untimed import UntimedError
@@ -318,20 +318,11 @@ def simulated_answers(runs: Sequence[RunData],
             continue
         if inputs is None:
             continue
-        margins = sorted(r.margin_ns for r in run.records if r.margin_ns)
-        rules = inputs.settings
-        if margins:
-            kept_ms = margins[len(margins) // 2] / 1e6  # publish + transport, as the run kept
-            if rules.publish_margin_ms >= 0:
-                rules = replace(rules, transport_margin_ms=max(
-                    0.0, kept_ms - rules.publish_margin_ms))
-            else:  # a learned publish margin (the CLI's): all of it is the loop's own
-                rules = replace(rules, publish_margin_ms=kept_ms,
-                                transport_margin_ms=max(0.0, rules.transport_margin_ms))
-        found.append((i, (run.label, inputs, rules)))
+        found.append((i, (run.label, inputs, None)))
     out: list[Any] = [None] * len(runs)
     try:
-        answers = answers_from_inputs([f for _, f in found])
+        answers = answers_from_inputs([f for _, f in found],
+                                      transport_margin_ms=transport_margin_ms)
     except (FloorError, UntimedError) as err:
         log.warning("target answer: %s", err)
         return out
@@ -353,7 +344,8 @@ def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
              "the predicted ITL, with the tokens, the plan and the stop reason from an untimed "
              "pass of the same model, profile and grammar (nothing of this host's speed). "
              "The loop's own rules apply: arrivals, queueing or preemption, give-up at the "
-             "deadline less the publish and the measured transport margins. A *receiver miss* "
+             "deadline less the target's publish and transport margins (stated below; never "
+             "the margins this host kept). A *receiver miss* "
              "is a command whose model output is not ready by then (or skipped, superseded); "
              "*model plans in time* are those in time with a valid plan. Intervals: a Monte "
              "Carlo over the prediction's error (one systematic draw per run), widened by the "

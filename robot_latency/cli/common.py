@@ -50,6 +50,15 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser that takes no abbreviated flag (``--deadline`` is not silently
+    ``--deadline-ms``); its subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def split_list(text: str | None, cast: Any = str) -> list[Any]:
     """Split a comma-separated option into typed items (blank items dropped)."""
     return [cast(x.strip()) for x in text.split(",") if x.strip()] if text else []

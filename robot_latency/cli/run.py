@@ -253,6 +253,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         # run directory behind; a run that recorded a cycle keeps everything it wrote.
         remove_failed_start(created, out)
         raise
+    # target.json first: the correctness section's recommendation rests on it where it is there
+    lines = write_target_answer(config.settings, stream, out, speed=args.speed) \
+        if args.target_answer and not summary.get("interrupted") else []
     if args.json:
         emit_json(summary)
     else:
@@ -260,9 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows = correctness_rows([out])
         if rows[0].correct_n:
             echo("\n" + correctness_markdown(rows))
-    if args.target_answer and not summary.get("interrupted"):
-        lines = write_target_answer(config.settings, stream, out, speed=args.speed)
-        if lines and not args.json:
+        if lines:
             echo(f"\nOn {args.device}, the loop simulated (target.json; robot-latency report "
                  f"{out} puts it first):\n\n" + "\n".join(lines))
     if summary.get("interrupted"):

@@ -105,6 +105,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     judged = correctness_for(load_runs(run_dirs), run_dirs, comparison=out / "comparison.json")
     if judged:
         echo("\n" + correctness_markdown(judged))
+    if args.target_answer:
+        from robot_latency.report.target import simulated_answers
+        from robot_latency.report.target_answer import answer_lines
+
+        answers = [a for a in simulated_answers(load_runs(run_dirs), run_dirs) if a is not None]
+        if answers:
+            echo("\nOn the target, the loop simulated (each run's target.json; robot-latency "
+                 "report puts it first):\n\n" + "\n".join(answer_lines(answers, curve=False)))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
 

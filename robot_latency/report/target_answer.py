@@ -78,7 +78,7 @@ def first_line(answers: Sequence[TargetAnswer]) -> str | None:
         f = a.facts
         if not f or not (f.get("no_valid_plan") or f.get("cut_at_max_tokens")):
             continue
-        what = "labelled plans" if f.get("engine") == "labels" else "the untimed pass"
+        what = "the labelled plans" if f.get("engine") == "labels" else "the untimed pass"
         bits = []
         if f.get("no_valid_plan"):
             bits.append(f"no valid plan for {f['no_valid_plan']} of {f['asked']} commands")
@@ -167,7 +167,12 @@ def rests_on(a: TargetAnswer) -> str:
         shown += f"; set aside: {', '.join(aside)}"
     return (f"{a.label}: {r.get('engine_family')} on {r.get('device_id')}, {r.get('source')} "
             f"({r.get('scope')} scope; {shown or 'no rows'}); {loso_text}; {prefill}; "
-            f"{a.draws} draws; untimed pass {r.get('untimed_pass', '-')}.")
+            f"{a.draws} draws; {_pass_name(a)} {r.get('untimed_pass', '-')}.")
+
+
+def _pass_name(a: TargetAnswer) -> str:
+    return "labelled plans (no weights)" if a.facts.get("engine") == "labels" \
+        else "untimed pass"
 
 
 def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list[str]:

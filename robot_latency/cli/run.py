@@ -260,7 +260,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         emit_json(summary)
     else:
         _print_summary(args, out, summary)
-        rows = correctness_rows([out])
+        rows = correctness_rows([out], labels=labels)  # the target's goodput judges by them
         if rows[0].correct_n:
             echo("\n" + correctness_markdown(rows))
         if lines:

@@ -102,7 +102,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
-    judged = correctness_for(load_runs(run_dirs), run_dirs, comparison=out / "comparison.json")
+    judged = correctness_for(load_runs(run_dirs), run_dirs, labels=labels,
+                             comparison=out / "comparison.json")
     if judged:
         echo("\n" + correctness_markdown(judged))
     if args.target_answer:

@@ -73,7 +73,7 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
 def first_line(answers: Sequence[TargetAnswer]) -> str | None:
     """The line an answer opens with when its pass found no valid plan for some commands, or
     cut outputs at ``max_tokens`` (counts per level); None when it found neither."""
-    parts = []
+    parts, cut = [], False
     for a in answers:
         f = a.facts
         if not f or not (f.get("no_valid_plan") or f.get("cut_at_max_tokens")):
@@ -83,14 +83,15 @@ def first_line(answers: Sequence[TargetAnswer]) -> str | None:
         if f.get("no_valid_plan"):
             bits.append(f"no valid plan for {f['no_valid_plan']} of {f['asked']} commands")
         if f.get("cut_at_max_tokens"):
+            cut = True
             bits.append(f"{f['cut_at_max_tokens']} outputs cut at max_tokens "
                         f"({f['max_tokens']})")
         parts.append(f"{a.label}: {what} had {' and '.join(bits)}")
     if not parts:
         return None
     return ("WARNING: " + "; ".join(parts) + " (a command with no valid plan gets the fallback "
-            "on any device; a cut output is timed at max_tokens: raise --max-tokens or the "
-            "profile's output.max_tokens).")
+            "on any device" + ("; a cut output is timed at max_tokens: raise --max-tokens or "
+                               "the profile's output.max_tokens" if cut else "") + ").")
 
 
 def budget_lines(answers: Sequence[TargetAnswer]) -> list[str]:

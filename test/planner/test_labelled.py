@@ -131,7 +131,7 @@ def test_a_tokenizer_for_every_model_or_a_clear_refusal() -> None:
     assert tokenizer_for_model(str(bundled_model_path())).path == bundled_model_path()
     from robot_latency.profiles.vocab import VocabError
 
-    with pytest.raises(VocabError, match="llama-3.2-1b: no shipped tokenizer"):
+    with pytest.raises(VocabError, match=r"llama-3\.2-1b: no shipped tokenizer"):
         tokenizer_for_model("llama-3.2-1b")
 
 

@@ -13,9 +13,9 @@ from robot_latency.cli import main
 from robot_latency.clock import ScriptedClock
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.lifecycle import PlannerRun
+from robot_latency.planner.margin import PUBLISH_START_MS
 from robot_latency.planner.replay import replay
 from robot_latency.planner.resolve import resolve_run
-from robot_latency.planner.margin import PUBLISH_START_MS
 from robot_latency.planner.target_inputs import TARGET_FILE, untimed_inputs, write_target_inputs
 from robot_latency.planner.target_sim import DEFAULT_TARGET_TRANSPORT_MARGIN_MS
 from robot_latency.records import read_records

@@ -13,7 +13,9 @@ target, both from the labelled plans of a shipped stream.
    ``instruct-json`` profile's compact JSON, the ``bundled-actions`` profile's action tokens)
    and device (``--devices``), from the labels alone: tokens per plan p50 / p95, e2e p50 / p99,
    predicted receiver miss rate, smallest deadline held at 5%, and the token budget at the
-   deadline after a p50 and a p95 prompt.
+   deadline after a p50 and a p95 prompt. Both formats get the same output budget
+   (``--max-tokens``, 160: instruct-json's own), so no plan is cut and the price is the
+   format's alone.
 
 No timing of this host enters any figure: the untimed pass counts tokens, the target's times
 are predicted.
@@ -74,13 +76,14 @@ def check(stream: Any, device: str, settings: RunSettings, draws: int) -> dict[s
 
 
 def price(stream: Any, presets: list[str], devices: list[str], quant: str,
-          settings: RunSettings, draws: int) -> list[dict[str, Any]]:
+          settings: RunSettings, draws: int, max_tokens: int) -> list[dict[str, Any]]:
     rows = []
     for device in devices:
         for preset in presets:
             levels = []
             for fmt, profile in FORMATS.items():
-                s = replace(settings, profile=profile, target_device=device)
+                s = replace(settings, profile=profile, target_device=device,
+                            max_tokens=max_tokens)
                 inputs = labelled_inputs(s, stream, model=preset, quant=quant)
                 levels.append((fmt, inputs, None))
             for a in answers_from_inputs(levels, draws=draws):
@@ -99,6 +102,10 @@ def main() -> int:
     ap.add_argument("--deadline-ms", type=float, default=400.0)
     ap.add_argument("--mode", default="event")
     ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--max-tokens", type=int, default=160,
+                    help="the output budget of both formats in the price (instruct-json's own; "
+                         "the bundled-actions profile's 24 is sized for the bundled planner's "
+                         "one-token actions, which a Qwen2 tokenizer spells in several)")
     ap.add_argument("--smoke", action="store_true", help="6 commands, 20 draws, one preset "
                     "and device")
     ap.add_argument("--out", type=Path, default=None)
@@ -113,7 +120,9 @@ def main() -> int:
         "stream": str(args.stream), "commands": len(stream.commands),
         "deadline_ms": args.deadline_ms, "mode": args.mode, "draws": args.draws,
         "check": check(stream, args.check_device, settings, args.draws),
-        "price": price(stream, args.presets, args.devices, args.quant, settings, args.draws),
+        "price": price(stream, args.presets, args.devices, args.quant, settings, args.draws,
+                       args.max_tokens),
+        "price_max_tokens": args.max_tokens,
         "note": "token counts from the model's own tokenizer; target times predicted (no "
                 "timing of this host in any figure)"}, args.out)
 

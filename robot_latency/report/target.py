@@ -333,11 +333,12 @@ def simulated_answers(runs: Sequence[RunData],
 
 def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
     """Return the report's opening section from the simulated answers (Markdown lines)."""
-    from robot_latency.report.target_answer import answer_lines
+    from robot_latency.report.target_answer import answer_lines, first_line
 
     have = [a for a in answers if a is not None]
     where = "; ".join(sorted({f"{a.device_id} with {a.engine_family}" for a in have}))
-    lines = [f"## On {where}", "",
+    warn = first_line(have)
+    lines = [f"## On {where}", "", *([f"> **{warn}**", ""] if warn else []),
              "Will the model, at each level, meet its deadline there? The planner loop is "
              "simulated on the target for the replayed stream: each command's service time is "
              "the predicted TTFT of its uncached prompt + (its complete plan's tokens - 1) x "
@@ -351,7 +352,8 @@ def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
              "Carlo over the prediction's error (one systematic draw per run), widened by the "
              "Wilson 95% interval over commands, not re-plans. Not modelled: the target's own "
              "loop overhead and other load on it.", ""]
-    lines += answer_lines(have)
+    body = answer_lines(have)
+    lines += body[2:] if warn else body  # the warning opens the section already
     missing = [i for i, a in enumerate(answers) if a is None]
     if missing:
         lines += [f"{len(missing)} level(s) have no untimed pass in their run directory "

@@ -63,6 +63,7 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
         a = target_answer(label, cmds, steps, rules, draws=draws, miss_target=miss_target,
                           grid=grid, rests_on={"untimed_pass": inputs.untimed.key[:12]})
         facts = {**pass_facts(inputs.untimed, steps, rules), "assumption": inputs.assumption,
+                 "profile": inputs.untimed.profile,
                  "publish_margin_ms": rules.publish_margin_ms,
                  "transport_margin_ms": rules.transport_margin_ms,
                  "transport_margin_source": source}
@@ -183,7 +184,15 @@ def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list
     warn = first_line(answers)
     lines = [warn, ""] if warn else []
     assumed = sorted({a.facts["assumption"] for a in answers if a.facts.get("assumption")})
-    lines += [f"The answer {text}." for text in assumed] + ([""] if assumed else [])
+    lines += [f"The answer {text}." for text in assumed]
+    per_plan = "; ".join(f"{a.label} {a.facts['tokens_per_plan'][0]} / "
+                         f"{a.facts['tokens_per_plan'][1]}" for a in answers
+                         if a.facts.get("tokens_per_plan"))
+    formats = sorted({a.facts["profile"] for a in answers if a.facts.get("profile")})
+    if per_plan:
+        lines.append(f"It holds for the output format of profile {', '.join(formats)}: tokens "
+                     f"per plan (p50 / p95) {per_plan}.")
+    lines += [""] if assumed or per_plan else []
     lines += answer_table(answers)
     budget = budget_lines(answers)
     if budget:

@@ -194,3 +194,24 @@ def test_run_with_target_answer_writes_and_prints_the_first_section(
     rows = json.loads((sweep / "comparison.json").read_text())["rows"]
     assert len(rows) == 2
     assert all(r["target_pred_miss_rate"] is not None for r in rows)
+
+
+def test_the_report_opens_with_what_the_pass_did_not_find(tmp_path: Path,
+                                                          stream_file: Path) -> None:
+    """An untimed pass with outputs cut at max_tokens and no valid plan: the report's section
+    says so in its first line, with the counts, then the token budget per level."""
+    run_dir = _run(tmp_path, stream_file, "Q4_0")
+    inputs = json.loads((run_dir / TARGET_FILE).read_text())
+    for c in inputs["untimed"]["commands"][:3]:
+        c.update(stop_reason="max_tokens", plan_valid=False, plan=None)
+    (run_dir / TARGET_FILE).write_text(json.dumps(inputs))
+    text = write_report([run_dir], tmp_path / "report").read_text()
+    section = text.split("## On orin-nano-8gb with llamacpp-cuda")[1].split("## Comparison")[0]
+    first = section.strip().splitlines()[0]
+    max_tokens = inputs["untimed"]["max_tokens"]
+    assert first == (f"> **WARNING: Q4_0: the untimed pass had no valid plan for 3 of 12 "
+                     f"commands and 3 outputs cut at max_tokens ({max_tokens}) (a command with "
+                     "no valid plan gets the fallback on any device; a cut output is timed at "
+                     "max_tokens: raise --max-tokens or the profile's output.max_tokens).**")
+    assert "Token budget on the target" in section and "output tokens fit after a p50" in section
+    assert "It holds for the output format of profile bundled-actions" in section

@@ -169,7 +169,8 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--on-new-command", default=_D.on_new_command, choices=ON_NEW_COMMAND)
     g.add_argument("--speed", type=float, default=1.0, help="replay speed of the stream")
     g.add_argument("--publish-margin-ms", type=float, default=_D.publish_margin_ms)
-    g.add_argument("--target-transport-margin-ms", type=float, default=None,
+    g.add_argument("--target-transport-margin-ms", "--transport-margin-ms", type=float,
+                   default=None, dest="target_transport_margin_ms",
                    help="the target's transport margin, measured on the robot (the node logs "
                         "it); default: a stated one (docs/REFERENCE.md, Transport margin), "
                         "never one measured on this host")

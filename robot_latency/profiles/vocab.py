@@ -81,8 +81,10 @@ def tokenizer_for_model(model: str | Path) -> VocabTokenizer:
         return VocabTokenizer(model)
     family = preset_family(str(model))
     if family is None:
+        known = ", ".join(p + "*" for p in PRESET_TOKENIZERS)
         raise VocabError(f"model {model}: no shipped tokenizer for it (presets with one: "
-                         f"{', '.join(p + '*' for p in PRESET_TOKENIZERS)}); give a GGUF file")
+                         f"{known}); give its GGUF file, whose vocabulary alone is read "
+                         "(predict --from-labels)")
     return VocabTokenizer.for_family(family)
 
 

@@ -32,13 +32,28 @@ _D = RunSettings()
 PRESET_PROFILE = "instruct-json"
 
 
+def _is_preset(model: str) -> bool:
+    from robot_latency.floor.shapes import PRESETS
+
+    return not Path(model).exists() and model.strip().lower() in PRESETS
+
+
 def without_weights(args: argparse.Namespace) -> bool:
     """Whether the answer is built from the labels (no untimed pass): ``--from-labels``, or a
     model preset (no GGUF to run) with the llama.cpp engine."""
-    from robot_latency.floor.shapes import PRESETS
+    return bool(args.from_labels) or (_is_preset(args.model) and args.engine == "llamacpp")
 
-    preset = not Path(args.model).exists() and args.model.strip().lower() in PRESETS
-    return bool(args.from_labels) or (preset and args.engine == "llamacpp")
+
+def _shipped_file(model: str) -> str:
+    """A shipped model's name (``planner``) as its GGUF file; anything else as it is."""
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+
+    if Path(model).exists():
+        return model
+    try:
+        return str(bundled_model_path(model))
+    except BundledModelError:
+        return model
 
 
 def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> Any:
@@ -52,8 +67,7 @@ def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> An
     from robot_latency.profiles.vocab import VocabError
 
     labelled = without_weights(args)
-    profile = args.profile or (PRESET_PROFILE if labelled and not Path(args.model).exists()
-                               else None)
+    profile = args.profile or (PRESET_PROFILE if labelled and _is_preset(args.model) else None)
     settings = settings_from_flags(
         log_dir=Path("predict-stream"), engine=args.engine,
         model=None if labelled else args.model, quant=None if labelled else quant,
@@ -68,8 +82,8 @@ def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> An
             raise UsageError(f"--quant {quant}: without weights, give the level's GGUF file "
                              "itself (its vocabulary and its bytes are read from it)")
         try:
-            return labelled_inputs(settings, stream, model=args.model, quant=quant,
-                                   labels_path=args.labels, speed=args.speed)
+            return labelled_inputs(settings, stream, model=_shipped_file(args.model),
+                                   quant=quant, labels_path=args.labels, speed=args.speed)
         except (UntimedError, VocabError, ProfileError) as err:
             raise UsageError(f"--stream {args.stream}: {err}") from err
     try:

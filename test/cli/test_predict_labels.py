@@ -131,3 +131,15 @@ def test_one_quants_syntax_everywhere(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     check_quant_flags(args)
     assert args.quants == "Q8_0,Q4_0"
+
+
+def test_a_shipped_model_by_name_keeps_its_own_profile(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    stream = _labelled(tmp_path, 6)
+    assert main(["predict", "--stream", str(stream), "--model", "planner", "--from-labels",
+                 "--draws", "20", "--json"]) == 0
+    level, = json.loads(capsys.readouterr().out)["levels"]
+    assert level["facts"]["assumption"].startswith(
+        "assumes the model writes each command's labelled plan (no weights, no untimed pass): "
+        "compact action tokens (profile bundled-actions), tokenized by planner.gguf")
+    assert level["facts"]["cut_at_max_tokens"] == 0

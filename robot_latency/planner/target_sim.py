@@ -92,8 +92,8 @@ def target_rules(settings: RunSettings, *,
 
 def margin_ms(settings: RunSettings) -> float:
     """What the loop keeps before the deadline: the publish margin + the transport margin (a
-    fixed one; give the measured one as ``replace(settings, transport_margin_ms=...)``). A
-    learned publish margin (``< 0``) counts at the value a learned one starts from."""
+    fixed one: the target's, from :func:`target_rules`). A learned publish margin (``< 0``)
+    counts at the value a learned one starts from."""
     from robot_latency.planner.margin import PUBLISH_START_MS
 
     publish_ms = settings.publish_margin_ms if settings.publish_margin_ms >= 0 \
@@ -292,7 +292,7 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         cmds: the commands (:func:`sim_commands`).
         steps: the step predictor the commands were predicted with (for the error's interval).
         rules: the run's settings whose loop rules apply (mode, deadline, period,
-            on_new_command, publish margin, transport margin: the measured one, fixed).
+            on_new_command, and the target's margins: :func:`target_rules`).
         draws: Monte Carlo draws of the engine family's error.
         seed: the draws' seed (the same for every level: common draws).
         miss_target: the receiver miss rate the smallest held deadline is stated at.

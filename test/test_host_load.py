@@ -58,6 +58,13 @@ def test_the_named_shares_add_up_to_the_share_blamed() -> None:
                       "name (processes that started and ended within the run, or whose times "
                       "it may not read)")
     assert sum(int(x) for x in re.findall(r"(\d+)%", reason.split(": ", 1)[1])) == 70
+    # whole percents that each round up would add up to more than the whole: they do not
+    halves = judge(wall_s=10, cores=2, load_avg_1m=1.0, steal_share=0.0, others_cpu_share=0.83,
+                   own_cpu_share=0.1, top_others=(OtherProcess(1, "a", 0.35),
+                                                  OtherProcess(2, "b", 0.31)),
+                   others_seen_share=0.55)
+    tail = halves.reasons[0].split(": ", 1)[1]
+    assert sum(int(x) for x in re.findall(r"(\d+)%", tail)) == 83
     # everything seen: no unnamed remainder is invented
     whole = judge(wall_s=10, cores=2, load_avg_1m=1.0, steal_share=0.0, others_cpu_share=0.45,
                   own_cpu_share=0.3, top_others=top, others_seen_share=0.45)

@@ -140,21 +140,39 @@ def judge(*, wall_s: float, cores: int, load_avg_1m: float | None, steal_share: 
 def _others_reason(share: float, cores: int, top: tuple[OtherProcess, ...],
                    seen: float | None) -> str:
     """The other-process reason: its share of all cores, split into parts that add up to it
-    (each process's share of one core is divided by the cores)."""
+    (each process's share of one core is divided by the cores; the parts' whole percents are
+    rounded to add up to the whole's)."""
     head = (f"other processes used {100 * share:.0f}% of the {cores} cores "
             f"(> {100 * OTHERS_SHARE_WARN:.0f}%)")
-    parts = [f"{p.name} (pid {p.pid}) {100 * p.cpu_share / cores:.0f}%" for p in top]
+    # (before the percent, after it, the fraction, shown when it rounds to 0)
+    parts = [(f"{p.name} (pid {p.pid}) ", "%", p.cpu_share / cores, True) for p in top]
     named = sum(p.cpu_share for p in top) / cores
+    tail = ""
     if seen is not None:
         seen = min(max(seen, named), share)  # the snapshots are not taken at one instant
-        if seen - named >= 0.005:
-            parts.append(f"other processes it could read {100 * (seen - named):.0f}%")
-        if share - seen >= 0.005:
-            parts.append(f"{100 * (share - seen):.0f}% it cannot name (processes that started "
-                         "and ended within the run, or whose times it may not read)")
+        parts.append(("other processes it could read ", "%", seen - named, False))
+        parts.append(("", "% it cannot name (processes that started and ended within the run, "
+                      "or whose times it may not read)", share - seen, False))
     elif parts:
-        parts.append("the rest not split by process")
-    return head + (": " + ", ".join(parts) if parts else "")
+        tail = ", the rest not split by process"
+    pcts = _whole_percents([v for _, _, v, _ in parts],
+                           round(100 * share) if seen is not None else None)
+    shown = [f"{pre}{n}{post}" for (pre, post, _, always), n in zip(parts, pcts, strict=True)
+             if n > 0 or always]
+    return head + (": " + ", ".join(shown) + tail if shown else "")
+
+
+def _whole_percents(values: list[float], whole: int | None) -> list[int]:
+    """Whole percents of ``values`` (fractions); with ``whole``, rounded by the largest
+    remainders so that they add up to it."""
+    exact = [100 * v for v in values]
+    if whole is None:
+        return [round(x) for x in exact]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: exact[i] - out[i], reverse=True)
+    for i in order[:max(0, whole - sum(out))]:
+        out[i] += 1
+    return out
 
 
 def _busy_and_total_s() -> tuple[float, float, float | None]:

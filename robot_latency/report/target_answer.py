@@ -185,7 +185,7 @@ def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list
     lines = [warn, ""] if warn else []
     assumed = sorted({a.facts["assumption"] for a in answers if a.facts.get("assumption")})
     lines += [f"The answer {text}." for text in assumed]
-    per_plan = "; ".join(f"{a.label} {a.facts['tokens_per_plan'][0]} / "
+    per_plan = "; ".join(f"{a.label}: {a.facts['tokens_per_plan'][0]} / "
                          f"{a.facts['tokens_per_plan'][1]}" for a in answers
                          if a.facts.get("tokens_per_plan"))
     formats = sorted({a.facts["profile"] for a in answers if a.facts.get("profile")})

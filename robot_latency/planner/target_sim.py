@@ -58,15 +58,16 @@ TAIL_CYCLES = 1
 
 #: The transport margin the target's answer keeps unless one measured on the robot is given
 #: (``--target-transport-margin-ms``): the node's own rule (docs/REFERENCE.md, "Transport
-#: margin": 2 x the one-way p99 + 0.5 ms) at a one-way p99 of 4 ms, the top of the p99 the
-#: project measured for Fast DDS on loopback, its command and plan legs with both executors
-#: (4-8 ms at p99 for the two legs together, 2 ms at the median). A stated default, never a
-#: margin measured on the host that runs the prediction.
+#: margin": 2 x the one-way p99 + 0.5 ms) at a one-way p99 of 4 ms: half the top of the p99
+#: the project measured for Fast DDS on loopback over both legs (command in, plan out) with both
+#: executors (4-8 ms at p99, 2 ms at the median). A stated default, never a margin measured on
+#: the host that runs the prediction.
 DEFAULT_TARGET_TRANSPORT_MARGIN_MS = 8.5
 #: Where the default comes from, in words (the answer prints it).
 TARGET_TRANSPORT_SOURCE = ("default: the node's rule (2 x one-way p99 + 0.5 ms) at a 4 ms "
-                           "one-way p99, Fast DDS on loopback (docs/REFERENCE.md, Transport "
-                           "margin); pass the robot's own with --target-transport-margin-ms")
+                           "one-way p99, half the 8 ms p99 of both legs measured for Fast DDS "
+                           "on loopback (docs/REFERENCE.md, Transport margin); pass the robot's "
+                           "own with --target-transport-margin-ms")
 
 
 def target_rules(settings: RunSettings, *,

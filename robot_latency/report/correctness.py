@@ -269,10 +269,12 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
 
 
 def correctness_rows(run_dirs: Sequence[str | os.PathLike[str]], *,
-                     labels: LabelSet | None = None) -> list[CorrectnessRow]:
-    """Read run directories and return one :class:`CorrectnessRow` each, in order."""
+                     labels: LabelSet | None = None,
+                     transport_margin_ms: float | None = None) -> list[CorrectnessRow]:
+    """Read run directories and return one :class:`CorrectnessRow` each, in order
+    (``transport_margin_ms``: the target's, for the simulated answer; None: the default)."""
     return correctness_for([load_run(d) for d in run_dirs], run_dirs, labels=labels,
-                           keep_unlabelled=True)
+                           keep_unlabelled=True, transport_margin_ms=transport_margin_ms)
 
 
 def _targets(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],

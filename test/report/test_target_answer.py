@@ -190,10 +190,17 @@ def test_run_with_target_answer_writes_and_prints_the_first_section(
                  "--target-answer", "--out", str(sweep)]) == 0
     printed = capsys.readouterr().out
     assert "On the target, the loop simulated" in printed
+    assert "transport 8.5 ms (default: " in printed
     assert "| Q8_0 |" in printed.split("On the target, the loop simulated")[1]
     rows = json.loads((sweep / "comparison.json").read_text())["rows"]
     assert len(rows) == 2
     assert all(r["target_pred_miss_rate"] is not None for r in rows)
+    # a margin measured on the robot, passed in, is the one the answer keeps
+    again = tmp_path / "run2"
+    assert main(["run", *common, "--quant", "Q4_0", "--runner", "inline", "--asap",
+                 "--target-answer", "--target-transport-margin-ms", "3", "--out",
+                 str(again)]) == 0
+    assert "transport 3 ms (given (measured on the robot))" in capsys.readouterr().out
 
 
 def test_the_report_opens_with_what_the_pass_did_not_find(tmp_path: Path,

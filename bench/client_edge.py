@@ -143,7 +143,7 @@ def _models(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--quants", default="Q8_0,Q4_K_M,Q4_0")
     ap.add_argument("--model", default="inflated", choices=("inflated", "bundled"),
                     help="inflated: the demo's levels (--quants); bundled: the shipped tiny "

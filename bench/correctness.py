@@ -49,7 +49,7 @@ def _stream(names: list[str], limit: int | None) -> tuple[CommandStream, list[Pa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--levels", default="Q8_0,Q4_K_M,Q4_0")
     ap.add_argument("--fallbacks", default="rule,hold")
     ap.add_argument("--repeats", type=int, default=3)

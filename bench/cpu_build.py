@@ -80,7 +80,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--model", default="planner-inflated-qwen2.5-0.5b",
                    help="a model name or GGUF (its ladder levels are built on first use)")
     p.add_argument("--quants", default="Q8_0,Q4_K_M,Q4_0")

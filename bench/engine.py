@@ -216,10 +216,10 @@ def bench_specdec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     for name in ("overhead", "abort", "prefix", "specdec"):
-        p = sub.add_parser(name)
+        p = sub.add_parser(name, allow_abbrev=False)
         p.add_argument("--model", required=True)
         p.add_argument("--n-threads", type=int, default=1)
         p.add_argument("--n-ctx", type=int, default=1024)

@@ -503,11 +503,11 @@ def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     for name, func in (("http_cost", cmd_http_cost), ("fleet", cmd_fleet),
                        ("hedge", cmd_hedge), ("leak", cmd_leak), ("kill", cmd_kill)):
-        p = sub.add_parser(name)
+        p = sub.add_parser(name, allow_abbrev=False)
         p.set_defaults(func=func)
         p.add_argument("--model", default="planner",
                        help="GGUF path or shipped name (planner, planner-inflated-<preset>)")

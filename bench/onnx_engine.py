@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--gguf", default="", help="source GGUF (default: a random-weight model)")
     ap.add_argument("--random-dim", type=int, default=512)
     ap.add_argument("--random-layers", type=int, default=8)

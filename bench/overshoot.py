@@ -176,7 +176,7 @@ def _baseline(args: argparse.Namespace, budget: CpuBudget) -> dict[str, object]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", type=int, default=10000)
     ap.add_argument("--period-ms", type=float, default=20.0)
     ap.add_argument("--deadline-ms", type=float, default=10.0)

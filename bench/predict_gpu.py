@@ -143,7 +143,7 @@ def measure_child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--src", type=Path, default=None, help="llama-cpp-python sdist or source")
     p.add_argument("--build-dir", type=Path, default=Path("/tmp/robot_latency_cuda_llama"))
     p.add_argument("--build-isolation", action="store_true",

@@ -32,7 +32,7 @@ DEFAULT_SHAPES = "smollm2-135m,smollm2-360m,qwen2.5-0.5b,llama-3.2-1b"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated presets")
     p.add_argument("--fit-on", default="smollm2-135m,qwen2.5-0.5b",
                    help="the two presets the calibration is fitted on")

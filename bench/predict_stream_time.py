@@ -74,7 +74,7 @@ def _loadavg() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--deadline-ms", type=float, default=400.0)
     ap.add_argument("--commands", type=int, default=None,

@@ -39,7 +39,7 @@ from robot_latency.floor.published_prefill import load_prefill_table
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--table", type=Path, default=None, help="decode table (default: shipped)")
     p.add_argument("--prefill-table", type=Path, default=None,
                    help="prefill table (default: shipped)")

@@ -144,16 +144,16 @@ def cmd_threads(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    p = sub.add_parser("prefix")
+    p = sub.add_parser("prefix", allow_abbrev=False)
     p.add_argument("--commands", type=int, default=20)
     p.add_argument("--deadline-ms", type=float, default=60_000.0)
     p.add_argument("--n-threads", type=int, default=0)
     p.add_argument("--n-threads-batch", type=int, default=0)
     p.add_argument("--model", choices=("inflated", "bundled"), default="inflated")
     p.add_argument("--out", type=Path, default=None)
-    p = sub.add_parser("threads")
+    p = sub.add_parser("threads", allow_abbrev=False)
     p.add_argument("--speed", type=float, default=3.0)
     p.add_argument("--model", choices=("inflated", "bundled"), default="inflated")
     p.add_argument("--max-commands", type=int, default=0, help="only the first N commands")

@@ -111,7 +111,7 @@ def _common(out: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=("soak", "flood", "recovery"))
     ap.add_argument("--cycles", type=int, default=10000)
     ap.add_argument("--period-ms", type=float, default=60.0)

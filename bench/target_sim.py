@@ -55,7 +55,7 @@ def _summary(a: Any) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--engine", default=RunSettings().engine)
     ap.add_argument("--model", default="planner-inflated-qwen2.5-0.5b")
     ap.add_argument("--quants", nargs="+", default=["Q8_0", "Q4_K_M", "Q4_0"])

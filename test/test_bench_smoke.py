@@ -51,7 +51,8 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_validate.py",  # test/test_bench_predict_validate.py
                "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
                "predict_stream_time.py",  # test/test_bench_target_sim.py
-               "correctness.py"}  # correctness.py: test/test_bench_correctness.py
+               "correctness.py",  # correctness.py: test/test_bench_correctness.py
+               "predict_labels.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -146,3 +147,13 @@ def test_soak(tmp_path: Path, what: str) -> None:
              "recovery": ["--cycles", "20", "--kill-at", "5"]}
     doc = _run(tmp_path, "soak.py", what, *small[what], "--log-dir", str(tmp_path / "log"))
     assert len(doc) > 1
+
+
+def test_predict_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    doc = _run(tmp_path, "predict_labels.py", "--smoke")
+    check = doc["check"]
+    assert check["prompt_tokens_equal"] and check["tokens_out_equal_where_written"]
+    assert check["labels"]["commands"] == check["untimed_pass"]["commands"] == 6
+    assert {r["format"] for r in doc["price"]} == {"json", "actions"}
+    assert all(r["tokens_per_plan"] is not None for r in doc["price"])

@@ -27,7 +27,7 @@ from robot_latency.cli import (
     streams,
     sweep,
 )
-from robot_latency.cli.common import check_quant_flags
+from robot_latency.cli.common import Parser, check_quant_flags
 from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
@@ -37,7 +37,7 @@ GROUPS = (floor, predict, run, sweep, report, profiles, models, streams, demo, d
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``robot-latency`` command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="robot-latency",
         description="Latency testbed for language-model planners on edge robots.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

@@ -50,6 +50,15 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser that takes no abbreviated flag (``--deadline`` is not silently
+    ``--deadline-ms``); its subcommands' parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def split_list(text: str | None, cast: Any = str) -> list[Any]:
     """Split a comma-separated option into typed items (blank items dropped)."""
     return [cast(x.strip()) for x in text.split(",") if x.strip()] if text else []
@@ -96,8 +105,8 @@ def count_arg(text: str) -> int:
     return round(value)
 
 
-#: Every flag that names quant levels, by its argparse destination: one level, or a
-#: comma-separated list of them.
+#: Every flag that names quant levels, by its argparse destination: one level, or a list of
+#: them, written ``A B`` or ``A,B`` (:func:`check_quant_flags` makes it ``A,B``).
 QUANT_FLAGS = {"quant": "--quant", "draft_quant": "--draft-quant", "quants": "--quants",
                "inflated_quants": "--inflated-quants"}
 
@@ -116,6 +125,12 @@ def quant_level(text: str, *, flag: str = "--quant") -> str:
                          f"{', '.join(VALID_QUANTS)}") from None
 
 
+def quant_list_arg(p: Any, flag: str, **kwargs: Any) -> None:
+    """Add a flag of quant levels that takes ``A B`` and ``A,B`` alike (one syntax for every
+    command's ``--quants``)."""
+    p.add_argument(flag, nargs="+", metavar="QUANT", **kwargs)
+
+
 def check_quant_flags(args: argparse.Namespace) -> None:
     """Check and make canonical every quant flag a command has (:data:`QUANT_FLAGS`), so every
     command accepts and refuses the same names, before it does anything.
@@ -130,7 +145,7 @@ def check_quant_flags(args: argparse.Namespace) -> None:
             continue
         if dest in ("quant", "draft_quant"):
             setattr(args, dest, quant_level(value, flag=flag))
-        elif isinstance(value, list):  # nargs="+" (predict --stream's --quants)
-            setattr(args, dest, [quant_level(q, flag=flag) for q in value])
-        else:  # comma-separated (sweep's --quants)
-            setattr(args, dest, ",".join(quant_level(q, flag=flag) for q in split_list(value)))
+        else:  # a list: space-separated (nargs="+"), comma-separated, or both, everywhere
+            items = value if isinstance(value, list) else [value]
+            setattr(args, dest, ",".join(quant_level(q, flag=flag)
+                                         for item in items for q in split_list(item)))

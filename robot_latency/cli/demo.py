@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from robot_latency.cli.common import UsageError, echo, nonneg_int, split_list
+from robot_latency.cli.common import UsageError, echo, nonneg_int, quant_list_arg, split_list
 from robot_latency.demo_job import MainJob, main_job
 from robot_latency.hostcheck.load import HostLoad, LoadWatch
 from robot_latency.planner.config import ON_NEW_COMMAND
@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=str(_D.out_dir),
                    help="run directory (default %(default)s); a previous run there is moved "
                         "aside to OUT.<its time>, never deleted")
-    p.add_argument("--quants", default=",".join(_D.quants))
+    quant_list_arg(p, "--quants", default=",".join(_D.quants))
     p.add_argument("--inflate", default=_D.inflate, help="preset shape to inflate into")
     p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")
     p.add_argument("--speed", type=float, default=_D.speed)

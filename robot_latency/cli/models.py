@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli import onnx
-from robot_latency.cli.common import UsageError, echo, render_table, split_list
+from robot_latency.cli.common import UsageError, echo, quant_list_arg, render_table, split_list
 
 
 def _show_ladder(man: Any, seconds: float) -> None:
@@ -97,10 +97,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "own quantizer, and the planner inflated function-preservingly into real "
                     "model shapes (same outputs, the real per-token cost) with its ladder. "
                     "Skips whatever is already built from the same source.")
-    mp.add_argument("--quants", default="F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K")
+    quant_list_arg(mp, "--quants", default="F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K")
     mp.add_argument("--inflate", default="qwen2.5-0.5b",
                     help="comma-separated presets to inflate into ('' for none)")
-    mp.add_argument("--inflated-quants", default="Q8_0,Q4_K_M,Q4_0")
+    quant_list_arg(mp, "--inflated-quants", default="Q8_0,Q4_K_M,Q4_0")
     mp.add_argument("--accuracy", type=int, default=0,
                     help="also measure plan exact-match per level on N held-out commands")
     mp.add_argument("--cache-dir", default=None, help="default: the user cache")
@@ -111,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "manifest; levels already built from the same file are skipped. 'sweep "
                     "--model FILE --quants ...' then compares them.")
     mp.add_argument("gguf", help="the source GGUF (F32, F16 or BF16)")
-    mp.add_argument("--quants", default="Q8_0,Q4_K_M,Q4_0",
+    quant_list_arg(mp, "--quants", default="Q8_0,Q4_K_M,Q4_0",
                     help="comma-separated levels (default %(default)s)")
     mp.add_argument("--cache-dir", default=None, help="default: the user cache")
     mp.set_defaults(func=cmd_models_ladder)

@@ -13,7 +13,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, emit_json
+from robot_latency.cli.common import (
+    UsageError,
+    echo,
+    emit_json,
+    nonneg_int,
+    quant_list_arg,
+    split_list,
+)
 from robot_latency.planner.config import MODES, ON_NEW_COMMAND, RunSettings
 
 log = logging.getLogger(__name__)
@@ -21,20 +28,64 @@ log = logging.getLogger(__name__)
 _D = RunSettings()
 
 
+#: The profile a preset's no-weights answer uses unless told: the chat template and JSON.
+PRESET_PROFILE = "instruct-json"
+
+
+def _is_preset(model: str) -> bool:
+    from robot_latency.floor.shapes import PRESETS
+
+    return not Path(model).exists() and model.strip().lower() in PRESETS
+
+
+def without_weights(args: argparse.Namespace) -> bool:
+    """Whether the answer is built from the labels (no untimed pass): ``--from-labels``, or a
+    model preset (no GGUF to run) with the llama.cpp engine."""
+    return bool(args.from_labels) or (_is_preset(args.model) and args.engine == "llamacpp")
+
+
+def _shipped_file(model: str) -> str:
+    """A shipped model's name (``planner``) as its GGUF file; anything else as it is."""
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+
+    if Path(model).exists():
+        return model
+    try:
+        return str(bundled_model_path(model))
+    except BundledModelError:
+        return model
+
+
 def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> Any:
-    """Resolve one level, run (or load) its untimed pass; return its TargetInputs."""
+    """Resolve one level, run (or load) its untimed pass, or build it from the labels without
+    weights (:func:`without_weights`); return its TargetInputs."""
     from robot_latency.cli.settings import settings_from_flags, usage_error
     from robot_latency.planner.config import SettingsError
-    from robot_latency.planner.target_inputs import untimed_inputs
+    from robot_latency.planner.target_inputs import labelled_inputs, untimed_inputs
+    from robot_latency.planner.untimed import UntimedError
+    from robot_latency.profiles.profile import ProfileError
+    from robot_latency.profiles.vocab import VocabError
 
+    labelled = without_weights(args)
+    profile = args.profile or (PRESET_PROFILE if labelled and _is_preset(args.model) else None)
     settings = settings_from_flags(
-        log_dir=Path("predict-stream"), engine=args.engine, model=args.model, quant=quant,
-        profile=args.profile or None, mode=args.mode, deadline_ms=args.deadline_ms,
+        log_dir=Path("predict-stream"), engine=args.engine,
+        model=None if labelled else args.model, quant=None if labelled else quant,
+        profile=profile, max_tokens=args.max_tokens, mode=args.mode,
+        deadline_ms=args.deadline_ms,
         period_ms=max(args.period_ms, args.deadline_ms) if args.mode == "periodic"
         else args.period_ms, on_new_command=args.on_new_command,
-        publish_margin_ms=args.publish_margin_ms,
-        transport_margin_ms=args.transport_margin_ms, target_device=args.device,
+        publish_margin_ms=args.publish_margin_ms, target_device=args.device,
         engine_family=args.engine_family, calibration=args.calibration)
+    if labelled:
+        if quant is not None and Path(args.model).is_file():
+            raise UsageError(f"--quant {quant}: without weights, give the level's GGUF file "
+                             "itself (its vocabulary and its bytes are read from it)")
+        try:
+            return labelled_inputs(settings, stream, model=_shipped_file(args.model),
+                                   quant=quant, labels_path=args.labels, speed=args.speed)
+        except (UntimedError, VocabError, ProfileError) as err:
+            raise UsageError(f"--stream {args.stream}: {err}") from err
     try:
         return untimed_inputs(settings, stream, speed=args.speed)
     except SettingsError as err:
@@ -46,6 +97,7 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
     from robot_latency.report.target_answer import (
         answer_lines,
         answers_from_inputs,
+        first_line,
         plot_deadline_curve,
     )
     from robot_latency.streams import StreamError, read_stream
@@ -55,29 +107,47 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
     if not 0 <= args.miss_target < 1:
         raise UsageError(f"--miss-target: must be in [0, 1), got {args.miss_target!r}")
     try:
-        stream = read_stream(args.stream)
+        stream = read_stream(args.stream,
+                             on_bad_line="skip" if args.skip_bad_lines else "error")
     except (StreamError, OSError) as err:
         raise UsageError(f"--stream {args.stream}: {err}") from err
-    quants = args.quants or [args.quant]
+    quants = split_list(args.quants) or [args.quant]
     levels = [(q or Path(args.model).name, level_inputs(args, q, stream), None) for q in quants]
-    answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target)
+    answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
+                                  transport_margin_ms=args.target_transport_margin_ms)
     plot = plot_deadline_curve(answers, args.plot) if args.plot else None
     if args.json:
         emit_json({"stream": str(args.stream), "plot": str(plot) if plot else None,
-                   "levels": [json.loads(json.dumps(a.to_dict(), default=float))
+                   "levels": [_finite(json.loads(json.dumps(a.to_dict(), default=float)))
                               for a in answers]})
         return 0
     a0 = answers[0]
+    warn = first_line(answers)
+    if warn:
+        echo(warn)
+    basis = "the labelled plans (no weights)" if a0.facts.get("engine") == "labels" \
+        else "an untimed pass"
     echo(f"On {a0.device_id} with {a0.engine_family}: {stream.name} ({len(stream.commands)} "
          f"commands, x{args.speed:g}), {args.mode} mode, deadline {args.deadline_ms:g} ms; "
-         "the loop simulated on the target from an untimed pass (this host's speed is not in "
-         "it)")
+         f"the loop simulated on the target from {basis} (this host's speed is not in it)")
     echo("")
-    for line in answer_lines(answers):
+    lines = answer_lines(answers)
+    for line in lines[2:] if warn else lines:  # the warning is the first line already
         echo(line)
     if plot is not None:
         echo(f"deadline curve: {plot}")
     return 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN (a command never planned has no e2e) as None: strict JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def add_stream_args(p: argparse.ArgumentParser) -> None:
@@ -88,19 +158,36 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stream", type=Path, default=None,
                    help="a rosbag2 directory, .mcap or .jsonl: simulate the planner loop on "
                         "the device for it (an untimed pass per level, cached)")
-    g.add_argument("--quants", nargs="+", default=None, metavar="QUANT",
-                   help="with --stream: the levels to answer for (default: --quant)")
+    quant_list_arg(g, "--quants", default=None,
+                   help="with --stream: the levels to answer for, space- or comma-separated "
+                        "(default: --quant)")
+    g.add_argument("--from-labels", action="store_true",
+                   help="no untimed pass, no weights: assume the model writes each command's "
+                        "labelled plan, tokenized by its own tokenizer (a GGUF's vocabulary "
+                        "alone; a preset's shipped one). The default for a model preset")
+    g.add_argument("--labels", default=None, metavar="FILE",
+                   help="labels JSONL for --from-labels (default: the labels.jsonl beside the "
+                        "stream, and a JSONL stream's own \"expected\")")
+    g.add_argument("--max-tokens", type=nonneg_int, default=0,
+                   help="the output budget per command (0: the profile's output.max_tokens)")
+    g.add_argument("--skip-bad-lines", action="store_true",
+                   help="JSONL: skip bad lines (reported) instead of stopping")
     g.add_argument("--engine", default=_D.engine, choices=("llamacpp", "sim", "onnx"),
                    help="the engine of the untimed pass (default llamacpp)")
-    g.add_argument("--profile", default="", help="planner profile (default bundled-actions)")
+    g.add_argument("--profile", default="",
+                   help="planner profile (default bundled-actions; instruct-json for a model "
+                        "preset's answer without weights)")
     g.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)
     g.add_argument("--period-ms", type=float, default=_D.period_ms)
     g.add_argument("--mode", default=_D.mode, choices=MODES)
     g.add_argument("--on-new-command", default=_D.on_new_command, choices=ON_NEW_COMMAND)
     g.add_argument("--speed", type=float, default=1.0, help="replay speed of the stream")
     g.add_argument("--publish-margin-ms", type=float, default=_D.publish_margin_ms)
-    g.add_argument("--transport-margin-ms", type=float, default=0.0,
-                   help="the transport margin on the target (a ROS run's measured one)")
+    g.add_argument("--target-transport-margin-ms", "--transport-margin-ms", type=float,
+                   default=None, dest="target_transport_margin_ms",
+                   help="the target's transport margin, measured on the robot (the node logs "
+                        "it); default: a stated one (docs/REFERENCE.md, Transport margin), "
+                        "never one measured on this host")
     g.add_argument("--miss-target", type=float, default=DEFAULT_MISS_TARGET,
                    help="the miss rate the smallest held deadline is stated at (fraction)")
     g.add_argument("--draws", type=int, default=DEFAULT_DRAWS,

@@ -35,8 +35,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not runs:
         raise UsageError("no run directories left besides the report's own --out")
     args.runs = runs
-    report = write_report(args.runs, out, reference=args.reference)
-    echo(to_markdown(compare_runs(args.runs, reference=args.reference)))
+    margin = args.target_transport_margin_ms
+    report = write_report(args.runs, out, reference=args.reference, transport_margin_ms=margin)
+    echo(to_markdown(compare_runs(args.runs, reference=args.reference,
+                                  transport_margin_ms=margin)))
     for run in args.runs:
         warning = host_load_warning(run)
         if warning:
@@ -56,6 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", default=None,
                    help="label of the run plans are compared against (default: the highest "
                         "precision: bits per weight, then F16 > Q8_0 > ...)")
+    p.add_argument("--target-transport-margin-ms", type=float, default=None,
+                   help="the target's transport margin, measured on the robot (the node logs "
+                        "it); default: a stated one (docs/REFERENCE.md, Transport margin), "
+                        "never the margin the runs kept on this host")
     p.add_argument("--trace", default=None, metavar="FILE.json",
                    help="also write the runs as a Chrome trace-event file (opens in Perfetto)")
     p.set_defaults(func=cmd_report)

@@ -203,7 +203,7 @@ def read_labels_arg(args: argparse.Namespace, contract: Any) -> Any:
 
 
 def write_target_answer(settings: RunSettings, stream: Any, run_dir: Path, *,
-                        speed: float) -> list[str]:
+                        speed: float, transport_margin_ms: float | None = None) -> list[str]:
     """Run (or load from the cache) the untimed pass of ``stream`` with ``settings`` and write
     it into ``run_dir`` as ``target.json``, the report's first section; return that section's
     answer as Markdown lines. A level that cannot be predicted (no local model, an engine that
@@ -225,7 +225,9 @@ def write_target_answer(settings: RunSettings, stream: Any, run_dir: Path, *,
         sys.stderr.write(f"WARNING: {run_dir}: no target answer: {err}\n")
         return []
     write_target_inputs(inputs, run_dir)
-    answers = [a for a in simulated_answers(load_runs([run_dir]), [run_dir]) if a is not None]
+    answers = [a for a in simulated_answers(load_runs([run_dir]), [run_dir],
+                                            transport_margin_ms=transport_margin_ms)
+               if a is not None]
     return answer_lines(answers, curve=False) if answers else []
 
 
@@ -253,16 +255,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         # run directory behind; a run that recorded a cycle keeps everything it wrote.
         remove_failed_start(created, out)
         raise
+    # target.json first: the correctness section's recommendation rests on it where it is there
+    margin = args.target_transport_margin_ms
+    lines = write_target_answer(config.settings, stream, out, speed=args.speed,
+                                transport_margin_ms=margin) \
+        if args.target_answer and not summary.get("interrupted") else []
     if args.json:
         emit_json(summary)
     else:
         _print_summary(args, out, summary)
-        rows = correctness_rows([out])
+        # the target's goodput judges by the labels, with the target's margins
+        rows = correctness_rows([out], labels=labels, transport_margin_ms=margin)
         if rows[0].correct_n:
             echo("\n" + correctness_markdown(rows))
-    if args.target_answer and not summary.get("interrupted"):
-        lines = write_target_answer(config.settings, stream, out, speed=args.speed)
-        if lines and not args.json:
+        if lines:
             echo(f"\nOn {args.device}, the loop simulated (target.json; robot-latency report "
                  f"{out} puts it first):\n\n" + "\n".join(lines))
     if summary.get("interrupted"):
@@ -359,6 +365,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-api", default=_PC.server_api, choices=SERVER_APIS,
                    help="completions: the profile's rendered prompt; chat: its messages (the "
                         "server applies its chat template)")
+    p.add_argument("--target-transport-margin-ms", type=float, default=None,
+                   help="with --target-answer: the target's transport margin, measured on the "
+                        "robot; default: a stated one (docs/REFERENCE.md, Transport margin), "
+                        "never this run's (give it to report too)")
     p.add_argument("--target-answer", action="store_true",
                    help="after the run, an untimed pass of the stream (cached by content hash) "
                         "and the loop simulated on --device: the report's first section")

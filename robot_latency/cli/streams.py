@@ -26,7 +26,8 @@ def _from_jsonl(args: argparse.Namespace) -> int:
     span_s = stream.commands[-1].t_ns / 1e9 if stream.commands else 0.0
     echo(f"wrote {done.bag}: {len(stream.commands)} commands over {span_s:.1f} s on "
          f"{done.topic}" + (f", robot state on {done.state_topic}" if done.state_topic else "")
-         + (f"; skipped bad lines {list(stream.skipped_lines)}" if stream.skipped_lines else ""))
+         + (f"; skipped bad lines {list(stream.skipped_lines)}" if stream.skipped_lines else "")
+         + (f"; labels in {done.labels}" if done.labels is not None else ""))
     return 0
 
 

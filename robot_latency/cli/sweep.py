@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, quant_level, split_list
+from robot_latency.cli.common import UsageError, echo, quant_level, quant_list_arg, split_list
 from robot_latency.cli.run import (
     add_host_load,
     add_run_args,
@@ -35,6 +35,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from robot_latency.report.rundir import load_runs
 
     stream = read_stream_arg(args)
+    margin = args.target_transport_margin_ms  # the target's, for its answer (None: default)
     axes: dict[str, list[Any]] = {
         "engine": split_list(args.engines) or [args.engine],
         "quant": split_list(args.quants) or [args.quant],
@@ -96,15 +97,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sys.stderr.write(f"WARNING: {config.label}: {load.warning}\n")
         if args.target_answer:
             write_target_answer(config.settings, stream, Path(config.log_dir),
-                                speed=args.speed)
+                                speed=args.speed, transport_margin_ms=margin)
     # Plans are compared against the highest precision (report.compare.choose_reference).
-    rows = compare_runs(run_dirs)
+    rows = compare_runs(run_dirs, transport_margin_ms=margin)
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
-    judged = correctness_for(load_runs(run_dirs), run_dirs, comparison=out / "comparison.json")
+    judged = correctness_for(load_runs(run_dirs), run_dirs, labels=labels,
+                             comparison=out / "comparison.json", transport_margin_ms=margin)
     if judged:
         echo("\n" + correctness_markdown(judged))
+    if args.target_answer:
+        from robot_latency.report.target import simulated_answers
+        from robot_latency.report.target_answer import answer_lines
+
+        answers = [a for a in simulated_answers(load_runs(run_dirs), run_dirs,
+                                                transport_margin_ms=margin) if a is not None]
+        if answers:
+            echo("\nOn the target, the loop simulated (each run's target.json; robot-latency "
+                 "report puts it first):\n\n" + "\n".join(answer_lines(answers, curve=False)))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
 
@@ -169,7 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "OUT to resume: finished points are skipped, an unfinished one is moved to "
                     "OUT/.incomplete/ and run again.")
     add_run_args(p)
-    p.add_argument("--quants", default=None,
+    quant_list_arg(p, "--quants", default=None,
                    help="comma-separated quant levels of --model (a GGUF's ladder, built on "
                         "first use; " + ", ".join(VALID_QUANTS) + "); plans are compared "
                         "against the highest-precision one")

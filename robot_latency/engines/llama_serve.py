@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run llama-cpp-python's server with the load policy applied to every model it loads."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--extra_bufts", choices=EXTRA_BUFTS_CHOICES, default="auto")
     ours, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
     policy = load_policy(ours.extra_bufts)

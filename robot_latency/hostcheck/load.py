@@ -14,7 +14,9 @@ returns a :class:`HostLoad` with the reasons, if any, to call the host overloade
   :data:`LOAD_PER_CORE_WARN`. The run's own threads count in it too, hence a margin above 1.
 * **other processes**: the CPU time every process but this one and its children used in the
   interval, over the interval times the cores, above :data:`OTHERS_SHARE_WARN`; the busiest of
-  them are named (:data:`TOP_OTHERS`).
+  them are named (:data:`TOP_OTHERS`), each as a share of the same cores, so the named shares,
+  the rest of the processes it could read and what it cannot name (processes that started and
+  ended within the run, or whose times it may not read) add up to the share it blames.
 
 The cores are ``os.cpu_count()``: the load average, steal and other processes are the whole
 machine's. What a run writes is ``host_load.json`` (:meth:`HostLoad.to_dict`) in its directory;
@@ -73,6 +75,8 @@ class HostLoad:
     own_cpu_share: float | None
     top_others: tuple[OtherProcess, ...] = ()
     reasons: tuple[str, ...] = field(default=())
+    #: every other process it could read, together, as a share of all cores (None: not taken)
+    others_seen_share: float | None = None
 
     @property
     def overloaded(self) -> bool:
@@ -110,8 +114,14 @@ class HostLoad:
 
 def judge(*, wall_s: float, cores: int, load_avg_1m: float | None, steal_share: float | None,
           others_cpu_share: float | None, own_cpu_share: float | None,
-          top_others: tuple[OtherProcess, ...] = ()) -> HostLoad:
-    """Return the load with its reasons, each naming its figure and the threshold it passed."""
+          top_others: tuple[OtherProcess, ...] = (),
+          others_seen_share: float | None = None) -> HostLoad:
+    """Return the load with its reasons, each naming its figure and the threshold it passed.
+
+    ``others_seen_share``: every other process it could read, together (share of all cores);
+    with it, the other-process reason splits its share into the named processes, the rest it
+    could read, and what it cannot name, which add up to the share it blames.
+    """
     reasons = []
     if steal_share is not None and steal_share > STEAL_SHARE_WARN:
         reasons.append(f"hypervisor steal {100 * steal_share:.1f}% of CPU time "
@@ -120,13 +130,49 @@ def judge(*, wall_s: float, cores: int, load_avg_1m: float | None, steal_share: 
         reasons.append(f"load average {load_avg_1m:.1f} on {cores} cores "
                        f"(> {LOAD_PER_CORE_WARN:g} per core)")
     if others_cpu_share is not None and others_cpu_share > OTHERS_SHARE_WARN:
-        named = ", ".join(f"{p.name} (pid {p.pid}) {100 * p.cpu_share:.0f}%" for p in top_others)
-        reasons.append(f"other processes used {100 * others_cpu_share:.0f}% of the {cores} "
-                       f"cores (> {100 * OTHERS_SHARE_WARN:.0f}%)"
-                       + (f": {named} of a core" if named else ""))
+        reasons.append(_others_reason(others_cpu_share, cores, top_others, others_seen_share))
     return HostLoad(wall_s=wall_s, cores=cores, load_avg_1m=load_avg_1m,
                     steal_share=steal_share, others_cpu_share=others_cpu_share,
-                    own_cpu_share=own_cpu_share, top_others=top_others, reasons=tuple(reasons))
+                    own_cpu_share=own_cpu_share, top_others=top_others, reasons=tuple(reasons),
+                    others_seen_share=others_seen_share)
+
+
+def _others_reason(share: float, cores: int, top: tuple[OtherProcess, ...],
+                   seen: float | None) -> str:
+    """The other-process reason: its share of all cores, split into parts that add up to it
+    (each process's share of one core is divided by the cores; the parts' whole percents are
+    rounded to add up to the whole's)."""
+    head = (f"other processes used {100 * share:.0f}% of the {cores} cores "
+            f"(> {100 * OTHERS_SHARE_WARN:.0f}%)")
+    # (before the percent, after it, the fraction, shown when it rounds to 0)
+    parts = [(f"{p.name} (pid {p.pid}) ", "%", p.cpu_share / cores, True) for p in top]
+    named = sum(p.cpu_share for p in top) / cores
+    tail = ""
+    if seen is not None:
+        seen = min(max(seen, named), share)  # the snapshots are not taken at one instant
+        parts.append(("other processes it could read ", "%", seen - named, False))
+        parts.append(("", "% it cannot name (processes that started and ended within the run, "
+                      "or whose times it may not read)", share - seen, False))
+    elif parts:
+        tail = ", the rest not split by process"
+    pcts = _whole_percents([v for _, _, v, _ in parts],
+                           round(100 * share) if seen is not None else None)
+    shown = [f"{pre}{n}{post}" for (pre, post, _, always), n in zip(parts, pcts, strict=True)
+             if n > 0 or always]
+    return head + (": " + ", ".join(shown) + tail if shown else "")
+
+
+def _whole_percents(values: list[float], whole: int | None) -> list[int]:
+    """Whole percents of ``values`` (fractions); with ``whole``, rounded by the largest
+    remainders so that they add up to it."""
+    exact = [100 * v for v in values]
+    if whole is None:
+        return [round(x) for x in exact]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: exact[i] - out[i], reverse=True)
+    for i in order[:max(0, whole - sum(out))]:
+        out[i] += 1
+    return out
 
 
 def _busy_and_total_s() -> tuple[float, float, float | None]:
@@ -219,16 +265,19 @@ class LoadWatch:
         except (AttributeError, OSError):
             load_avg = None
         top = []
+        seen_s = 0.0
         for pid, (name, cpu1) in _process_times().items():
             if pid in own_pids:
                 continue
             cpu0 = procs0.get(pid, (name, 0.0))[1]
             if cpu1 - cpu0 > 0:
                 top.append(OtherProcess(pid, name, (cpu1 - cpu0) / wall_s))
+                seen_s += cpu1 - cpu0
         top.sort(key=lambda p: -p.cpu_share)
         self.result = judge(wall_s=wall_s, cores=self.cores, load_avg_1m=load_avg,
                             steal_share=steal_share, others_cpu_share=others_s / capacity_s,
-                            own_cpu_share=own_s / capacity_s, top_others=tuple(top[:self.top]))
+                            own_cpu_share=own_s / capacity_s, top_others=tuple(top[:self.top]),
+                            others_seen_share=seen_s / capacity_s)
         if self.result.warning:  # the caller prints it with the run's summary
             log.info("%s", self.result.warning)
         return self.result

@@ -416,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="output directory")
     ap.add_argument("--target-steps", type=int, default=None)
     ap.add_argument("--draft-steps", type=int, default=None)

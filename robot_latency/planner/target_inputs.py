@@ -81,6 +81,9 @@ class TargetInputs:
     engine_family: str
     calibration: str | None
     settings: RunSettings  # the loop's rules (its loop fields; the manifest's ``config``)
+    #: None: an untimed pass of the model; else what the pass assumes (built from labels: the
+    #: model writes each labelled plan), in words, for the answer's text
+    assumption: str | None = None
 
     def predictor(self) -> StepPredictor:
         return predictor_for(self.model, self.device_id, self.engine_family, quant=self.quant,
@@ -90,7 +93,7 @@ class TargetInputs:
         return {"untimed": self.untimed.to_dict(), "speed": self.speed, "model": self.model,
                 "quant": self.quant, "device_id": self.device_id,
                 "engine_family": self.engine_family, "calibration": self.calibration,
-                "loop": self.settings.loop_config(),
+                "loop": self.settings.loop_config(), "assumption": self.assumption,
                 "stream": {"name": self.stream.name, "source": self.stream.source,
                            "commands": [[c.t_ns, c.text, c.command_id, c.state]
                                         for c in self.stream.commands]}}
@@ -128,6 +131,79 @@ def untimed_inputs(settings: RunSettings, stream: CommandStream, *, speed: float
                         engine_family=settings.engine_family or "llamacpp-cuda",
                         calibration=settings.calibration or None,
                         settings=settings)
+
+
+def labelled_inputs(settings: RunSettings, stream: CommandStream, *, model: str,
+                    quant: str | None = None, labels_path: str | os.PathLike[str] | None = None,
+                    speed: float = 1.0) -> TargetInputs:
+    """Return a level's inputs to the target's answer without the model's weights: the untimed
+    pass built from the stream's labels (:mod:`robot_latency.planner.labelled`), tokenized by
+    ``model``'s tokenizer (a GGUF file loaded vocabulary-only, or a preset's shipped one).
+
+    Labels: the commands' own (a JSONL stream's ``expected``), then ``labels_path``, else
+    ``labels.jsonl`` beside the stream (in a bag directory, or beside a file).
+
+    Raises:
+        UntimedError: no labels, or no labelled command; a label that cannot be read.
+        VocabError: no tokenizer for ``model``.
+        ProfileError: the profile cannot be loaded.
+    """
+    from robot_latency.planner.labelled import labelled_pass
+    from robot_latency.profiles.labels import LabelError, read_labels, stream_labels
+    from robot_latency.profiles.profile import load_planning
+    from robot_latency.profiles.vocab import tokenizer_for_model
+
+    planning = load_planning(settings.profile)
+    schema = _labels_schema(planning)
+    src = Path(stream.source)
+    if labels_path is None:
+        beside = (src if src.is_dir() else src.parent) / "labels.jsonl"
+        labels_path = beside if beside.is_file() else None
+    try:
+        sidecar = read_labels(labels_path, schema=schema) if labels_path is not None else None
+        labels = stream_labels(stream.commands, schema=schema, source=stream.source,
+                               sidecar=sidecar)
+    except LabelError as err:
+        raise UntimedError(str(err)) from err
+    if not len(labels):
+        raise UntimedError(f"{stream.source}: no labels (a labels.jsonl beside it, --labels, or "
+                           "each JSONL line's \"expected\"): without weights, the answer "
+                           "assumes the model writes each labelled plan")
+    with tokenizer_for_model(model) as tok:
+        lp = labelled_pass(planning, stream, labels, tok,
+                           max_tokens=settings.max_tokens or planning.max_tokens,
+                           max_command_chars=settings.max_command_chars,
+                           grammar=settings.grammar, warm_prefix=bool(planning.prefix),
+                           model=model)
+    words = (f"assumes the model writes each command's labelled plan (no weights, no untimed "
+             f"pass): {lp.output_format}, tokenized by {Path(lp.tokenizer).name}")
+    if lp.unlabelled:
+        words += (f"; {len(lp.unlabelled)} of {len(stream.commands)} commands have no label and "
+                  "are left out (their arrivals dropped)")
+    if lp.unwritable:
+        words += (f"; {len(lp.unwritable)} labels this format cannot write are left out the "
+                  "same way")
+    if lp.off_contract:
+        words += (f"; {lp.off_contract} labelled plans break the profile's contract (simulated "
+                  "at their length, no valid plan)")
+    return TargetInputs(untimed=lp.untimed, stream=lp.stream, speed=speed, model=str(model),
+                        quant=quant, device_id=settings.target_device,
+                        engine_family=settings.engine_family or "llamacpp-cuda",
+                        calibration=settings.calibration or None, settings=settings,
+                        assumption=words)
+
+
+def _labels_schema(planning: Any) -> dict[str, Any]:
+    """The schema labels are read against: the profile's, or the action language's (the
+    shipped streams' labels are in it, and may hold more steps than a JSON profile allows)."""
+    from robot_latency.profiles.actions import plan_json_schema
+    from robot_latency.profiles.labels import label_schema
+
+    own, actions = label_schema(planning.contract), plan_json_schema()
+    if own == actions:
+        return own
+    strip = ("$schema", "$id")
+    return {"anyOf": [{k: v for k, v in s.items() if k not in strip} for s in (own, actions)]}
 
 
 def write_target_inputs(inputs: TargetInputs, run_dir: str | os.PathLike[str]) -> Path:
@@ -168,7 +244,8 @@ def read_target_inputs(run_dir: str | os.PathLike[str]) -> TargetInputs | None:
             untimed=UntimedPass.from_dict(d["untimed"], where=str(path)), stream=stream,
             speed=float(d["speed"]), model=str(d["model"]), quant=d.get("quant"),
             device_id=str(d["device_id"]), engine_family=str(d["engine_family"]),
-            calibration=d.get("calibration"), settings=_loop_settings(d["loop"], path))
+            calibration=d.get("calibration"), settings=_loop_settings(d["loop"], path),
+            assumption=d.get("assumption"))
     except UntimedError:
         raise
     except KeyError as err:

@@ -56,10 +56,45 @@ _Z80 = 1.2815515655446004
 TAIL_CYCLES = 1
 
 
+#: The transport margin the target's answer keeps unless one measured on the robot is given
+#: (``--target-transport-margin-ms``): the node's own rule (docs/REFERENCE.md, "Transport
+#: margin": 2 x the one-way p99 + 0.5 ms) at a one-way p99 of 4 ms: half the top of the p99
+#: the project measured for Fast DDS on loopback over both legs (command in, plan out) with both
+#: executors (4-8 ms at p99, 2 ms at the median). A stated default, never a margin measured on
+#: the host that runs the prediction.
+DEFAULT_TARGET_TRANSPORT_MARGIN_MS = 8.5
+#: Where the default comes from, in words (the answer prints it).
+TARGET_TRANSPORT_SOURCE = ("default: the node's rule (2 x one-way p99 + 0.5 ms) at a 4 ms "
+                           "one-way p99, half the 8 ms p99 of both legs measured for Fast DDS "
+                           "on loopback (docs/REFERENCE.md, Transport margin); pass the robot's "
+                           "own with --target-transport-margin-ms")
+
+
+def target_rules(settings: RunSettings, *,
+                 transport_margin_ms: float | None = None) -> tuple[RunSettings, str]:
+    """Return the loop's rules on the target and where its transport margin comes from.
+
+    The margins are the target's, never the host's: a learned publish margin counts at the
+    value a learned one starts from, and the transport margin is ``transport_margin_ms`` (one
+    measured on the robot) or :data:`DEFAULT_TARGET_TRANSPORT_MARGIN_MS`.
+    """
+    from dataclasses import replace
+
+    from robot_latency.planner.margin import PUBLISH_START_MS
+
+    publish = settings.publish_margin_ms if settings.publish_margin_ms >= 0 \
+        else PUBLISH_START_MS
+    if transport_margin_ms is None:
+        transport, source = DEFAULT_TARGET_TRANSPORT_MARGIN_MS, TARGET_TRANSPORT_SOURCE
+    else:
+        transport, source = max(0.0, transport_margin_ms), "given (measured on the robot)"
+    return replace(settings, publish_margin_ms=publish, transport_margin_ms=transport), source
+
+
 def margin_ms(settings: RunSettings) -> float:
     """What the loop keeps before the deadline: the publish margin + the transport margin (a
-    fixed one; give the measured one as ``replace(settings, transport_margin_ms=...)``). A
-    learned publish margin (``< 0``) counts at the value a learned one starts from."""
+    fixed one: the target's, from :func:`target_rules`). A learned publish margin (``< 0``)
+    counts at the value a learned one starts from."""
     from robot_latency.planner.margin import PUBLISH_START_MS
 
     publish_ms = settings.publish_margin_ms if settings.publish_margin_ms >= 0 \
@@ -113,6 +148,9 @@ class TargetAnswer:
     model_in_time_ids: tuple[str, ...] = ()
     #: ... and those answered by the fallback at the give-up (the rest: skipped, superseded)
     fallback_ids: tuple[str, ...] = ()
+    #: what the pass found (:func:`pass_facts`): commands asked with no valid plan, outputs cut
+    #: at max_tokens, tokens per plan and uncached prompt tokens at p50/p95, the token budget
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -255,7 +293,7 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         cmds: the commands (:func:`sim_commands`).
         steps: the step predictor the commands were predicted with (for the error's interval).
         rules: the run's settings whose loop rules apply (mode, deadline, period,
-            on_new_command, publish margin, transport margin: the measured one, fixed).
+            on_new_command, and the target's margins: :func:`target_rules`).
         draws: Monte Carlo draws of the engine family's error.
         seed: the draws' seed (the same for every level: common draws).
         miss_target: the receiver miss rate the smallest held deadline is stated at.
@@ -307,6 +345,44 @@ def target_answer(label: str, cmds: Sequence[SimCommand], steps: StepPredictor,
         fallback_ids=tuple(x.command_id for x, ok in zip(
             cmds, answered[0, 0] & ~(in_time[0, 0] & valid), strict=True) if ok),
         rests_on={**steps.describe(), **(rests_on or {})})
+
+
+def _p(values: Sequence[int], q: float) -> int:
+    """The ``q``-th percentile of counts, as one of them (nearest rank, upward)."""
+    return int(np.percentile(np.asarray(values), q, method="higher"))
+
+
+def token_budget(steps: StepPredictor, rules: RunSettings, uncached_prompt_tokens: int, *,
+                 context_tokens: int = 0) -> int:
+    """Output tokens that fit in the deadline on the target after a prompt of
+    ``uncached_prompt_tokens`` (point prediction): n with TTFT + (n - 1) x ITL <= deadline -
+    margins; 0 when the prefill alone does not fit."""
+    p = steps.predict(uncached_prompt_tokens, context_tokens=context_tokens)
+    room = rules.deadline_ms - margin_ms(rules) - p.ttft_ms
+    return 0 if room < 0 else math.floor(room / p.itl_ms) + 1
+
+
+def pass_facts(untimed: UntimedPass, steps: StepPredictor, rules: RunSettings) -> dict[str, Any]:
+    """What the untimed pass found, for the answer's first line and its token budget: commands
+    asked, those with no valid plan, those cut at ``max_tokens``; tokens per plan (of the
+    complete outputs) and uncached prompt tokens at p50 and p95; and the output tokens that fit
+    in the deadline on the target after a p50 and a p95 prompt."""
+    asked = [c for c in untimed.commands if c.asked]
+    cut = [c for c in asked if c.stop_reason == "max_tokens"]
+    plans = [c.tokens_out for c in asked if c.stop_reason != "max_tokens" and c.tokens_out]
+    out: dict[str, Any] = {
+        "engine": untimed.engine, "asked": len(asked), "max_tokens": untimed.max_tokens,
+        "no_valid_plan": sum(1 for c in asked if not c.plan_valid), "cut_at_max_tokens": len(cut),
+        "tokens_per_plan": [_p(plans, 50), _p(plans, 95)] if plans else None,
+        "prompt_tokens": None, "budget_tokens": None}
+    if asked:
+        uncached = [c.uncached_prompt_tokens for c in asked]
+        context = [c.prompt_tokens for c in asked]
+        prompts = [(_p(uncached, q), _p(context, q)) for q in (50, 95)]
+        out["prompt_tokens"] = [u for u, _ in prompts]
+        out["budget_tokens"] = [token_budget(steps, rules, u, context_tokens=n)
+                                for u, n in prompts]
+    return out
 
 
 def min_deadline_ms(cmds: Sequence[SimCommand], rules: RunSettings,

@@ -21,7 +21,8 @@ from typing import Any
 
 from robot_latency.errors import RobotLatencyError
 
-__all__ = ["VOCAB_DIR", "VOCAB_FILES", "VocabError", "VocabTokenizer", "vocab_path"]
+__all__ = ["PRESET_TOKENIZERS", "VOCAB_DIR", "VOCAB_FILES", "VocabError", "VocabTokenizer",
+           "tokenizer_for_model", "vocab_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,15 @@ VOCAB_DIR = Path(__file__).resolve().parent.parent / "data" / "vocab"
 #: family name -> shipped vocabulary-only GGUF (llama-cpp-python 0.3.36's vendor/llama.cpp/models).
 VOCAB_FILES: dict[str, str] = {
     "qwen2": "ggml-vocab-qwen2.gguf",
+}
+
+
+#: Model presets (floor/shapes.py ids, by prefix) -> the shipped tokenizer family they use. Only
+#: families whose tokenizer ships: Qwen2.5 writes with the Qwen2 tokenizer (the same BPE and
+#: special tokens). Qwen3 and the DeepSeek-R1 distills of Qwen2.5 are left out: their special
+#: tokens and pre-tokenizer differ, and a count from another tokenizer would not be theirs.
+PRESET_TOKENIZERS: dict[str, str] = {
+    "qwen2.5-": "qwen2",
 }
 
 
@@ -45,12 +55,37 @@ def vocab_path(family: str) -> Path:
     """
     name = VOCAB_FILES.get(family)
     if name is None:
-        raise VocabError(f"no shipped tokenizer for family {family!r}; "
-                         f"known: {sorted(VOCAB_FILES)}")
+        raise VocabError(f"no shipped tokenizer for family {family!r}; known: "
+                         f"{sorted(VOCAB_FILES)}")
     path = VOCAB_DIR / name
     if not path.is_file():
         raise VocabError(f"tokenizer file missing: {path}")
     return path
+
+
+def preset_family(preset: str) -> str | None:
+    """Return the shipped tokenizer family of a model preset id, or None when none ships."""
+    key = preset.strip().lower()
+    return next((fam for prefix, fam in PRESET_TOKENIZERS.items() if key.startswith(prefix)),
+                None)
+
+
+def tokenizer_for_model(model: str | Path) -> VocabTokenizer:
+    """Return an (unopened) tokenizer for a model: a GGUF file's own vocabulary (loaded
+    vocabulary-only, no weights), or the shipped tokenizer of a preset's family.
+
+    Raises:
+        VocabError: a preset whose family has no shipped tokenizer (names the families that do).
+    """
+    if Path(model).is_file():
+        return VocabTokenizer(model)
+    family = preset_family(str(model))
+    if family is None:
+        known = ", ".join(p + "*" for p in PRESET_TOKENIZERS)
+        raise VocabError(f"model {model}: no shipped tokenizer for it (presets with one: "
+                         f"{known}); give its GGUF file, whose vocabulary alone is read "
+                         "(predict --from-labels)")
+    return VocabTokenizer.for_family(family)
 
 
 class VocabTokenizer:

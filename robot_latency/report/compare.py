@@ -338,34 +338,39 @@ def _tpot_p50_ms(records: Sequence[CycleRecord]) -> float | None:
 
 
 def compare_loaded(runs: Sequence[RunData], *, reference: str | None = None,
-                   run_dirs: Sequence[str | os.PathLike[str]] | None = None
-                   ) -> list[ComparisonRow]:
+                   run_dirs: Sequence[str | os.PathLike[str]] | None = None,
+                   transport_margin_ms: float | None = None) -> list[ComparisonRow]:
     """Compare runs already in memory (see :func:`compare_runs`)."""
     if not runs:
         return []
     ref, why = choose_reference(runs, reference)
     dirs = [str(d) for d in run_dirs] if run_dirs is not None else [None] * len(runs)
     rows = [_row(run, ref, d, why) for run, d in zip(runs, dirs, strict=True)]
-    answers = simulated_answers(runs, run_dirs) if run_dirs is not None else [None] * len(rows)
+    answers = simulated_answers(runs, run_dirs, transport_margin_ms=transport_margin_ms) \
+        if run_dirs is not None else [None] * len(rows)
     return [with_target_fields(row, a) for row, a in zip(rows, answers, strict=True)]
 
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike[str]], *,
-                 reference: str | None = None) -> list[ComparisonRow]:
+                 reference: str | None = None,
+                 transport_margin_ms: float | None = None) -> list[ComparisonRow]:
     """Read run directories and compare them, one row per configuration, in the given order.
 
     Args:
         run_dirs: directories written by ``robot-latency run``.
         reference: the label of the configuration that plan agreement is measured against;
             default: the highest precision (:func:`choose_reference`).
+        transport_margin_ms: the target's transport margin measured on the robot, for the
+            simulated answer (None: the stated default).
 
     Raises:
         RunDirError: a directory lacks ``cycles.jsonl`` or ``manifest.json`` or cannot be read
             (the message names the directory and the file).
         ReportError: ``reference`` names no run.
     """
-    return compare_loaded(load_runs(run_dirs), reference=reference, run_dirs=run_dirs)
+    return compare_loaded(load_runs(run_dirs), reference=reference, run_dirs=run_dirs,
+                          transport_margin_ms=transport_margin_ms)
 
 
 # --- renderers ---------------------------------------------------------------------------------

@@ -269,21 +269,24 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
 
 
 def correctness_rows(run_dirs: Sequence[str | os.PathLike[str]], *,
-                     labels: LabelSet | None = None) -> list[CorrectnessRow]:
-    """Read run directories and return one :class:`CorrectnessRow` each, in order."""
+                     labels: LabelSet | None = None,
+                     transport_margin_ms: float | None = None) -> list[CorrectnessRow]:
+    """Read run directories and return one :class:`CorrectnessRow` each, in order
+    (``transport_margin_ms``: the target's, for the simulated answer; None: the default)."""
     return correctness_for([load_run(d) for d in run_dirs], run_dirs, labels=labels,
-                           keep_unlabelled=True)
+                           keep_unlabelled=True, transport_margin_ms=transport_margin_ms)
 
 
-def _targets(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]]
-             ) -> list[tuple[Any, Any] | None]:
+def _targets(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],
+             transport_margin_ms: float | None = None) -> list[tuple[Any, Any] | None]:
     """Each run's simulated answer on the target and its inputs (None without ``target.json``)."""
     from robot_latency.planner.target_inputs import read_target_inputs
     from robot_latency.planner.untimed import UntimedError
     from robot_latency.report.target import simulated_answers
 
     out: list[tuple[Any, Any] | None] = []
-    for answer, d in zip(simulated_answers(runs, run_dirs), run_dirs, strict=True):
+    answers = simulated_answers(runs, run_dirs, transport_margin_ms=transport_margin_ms)
+    for answer, d in zip(answers, run_dirs, strict=True):
         try:
             inputs = read_target_inputs(d) if answer is not None else None
         except UntimedError:  # simulated_answers logged it
@@ -295,7 +298,8 @@ def _targets(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]]
 def correctness_for(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]], *,
                     labels: LabelSet | None = None,
                     comparison: str | os.PathLike[str] | None = None,
-                    keep_unlabelled: bool = False) -> list[CorrectnessRow]:
+                    keep_unlabelled: bool = False,
+                    transport_margin_ms: float | None = None) -> list[CorrectnessRow]:
     """Return the loaded runs' correctness rows, or [] when no command of any run is labelled
     (``keep_unlabelled``: the rows anyway).
 
@@ -303,7 +307,8 @@ def correctness_for(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLik
     rows, the rule and the level it names, and ``correctness.json`` is written beside it.
     """
     rows = []
-    for run, d, target in zip(runs, run_dirs, _targets(runs, run_dirs), strict=True):
+    targets = _targets(runs, run_dirs, transport_margin_ms)
+    for run, d, target in zip(runs, run_dirs, targets, strict=True):
         client = read_client_rows(d) if (Path(d) / "client.jsonl").exists() else None
         here = labels
         if here is None and target is not None and not any(r.label_kind for r in run.records):

@@ -233,10 +233,11 @@ def render_report(runs: Sequence[RunData], table_md: str,
 
 
 def _target_lines(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],
-                  rows: Sequence[object], ref_run: RunData | None, out: Path) -> list[str]:
+                  rows: Sequence[object], ref_run: RunData | None, out: Path,
+                  transport_margin_ms: float | None = None) -> list[str]:
     """The opening section: the loop simulated on the target where the run directories keep an
     untimed pass (target.json), else each record's own prediction (this host's token counts)."""
-    answers = simulated_answers(runs, run_dirs)
+    answers = simulated_answers(runs, run_dirs, transport_margin_ms=transport_margin_ms)
     if any(a is not None for a in answers):
         plot = plot_deadline_curve([a for a in answers if a is not None], out / CURVE_PLOT)
         return simulated_section(answers, plot)
@@ -248,7 +249,8 @@ def _target_lines(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[
 
 
 def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
-                 *, reference: str | None = None, labels: LabelSet | None = None) -> Path:
+                 *, reference: str | None = None, labels: LabelSet | None = None,
+                 transport_margin_ms: float | None = None) -> Path:
     """Write the plots, the comparison files and ``report.md`` for finished runs.
 
     Args:
@@ -258,6 +260,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             the highest precision, :func:`robot_latency.report.compare.choose_reference`).
         labels: the commands' labels, for runs whose records were not judged as they ran (a
             ROS run); records that carry ``plan_correct`` need none.
+        transport_margin_ms: the target's transport margin measured on the robot, for the
+            simulated answer (None: the stated default; never this host's).
 
     Returns:
         The path of ``report.md``.
@@ -267,7 +271,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
         ReportError: ``reference`` names no run.
     """
     runs = load_runs(run_dirs)
-    rows = compare_loaded(runs, reference=reference, run_dirs=run_dirs)
+    rows = compare_loaded(runs, reference=reference, run_dirs=run_dirs,
+                          transport_margin_ms=transport_margin_ms)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     to_csv(rows, out / "comparison.csv")
@@ -283,10 +288,12 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
     # The opening section: the target's answer per level (robot_latency.report.target).
     ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
-    judged = correctness_for(runs, run_dirs, labels=labels, comparison=out / "comparison.json")
+    judged = correctness_for(runs, run_dirs, labels=labels, comparison=out / "comparison.json",
+                             transport_margin_ms=transport_margin_ms)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=_target_lines(runs, run_dirs, rows, ref_run, out),
+                         target_lines=_target_lines(runs, run_dirs, rows, ref_run, out,
+                                                     transport_margin_ms),
                          host_warnings=[host_load_warning(d) for d in run_dirs],
                          correctness_md=correctness_markdown(judged) if judged else "")
     path = out / REPORT_NAME

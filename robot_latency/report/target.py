@@ -294,16 +294,16 @@ def plot_target_e2e(levels: Sequence[TargetLevel],
 # --- the loop simulated on the target (robot_latency.planner.target_sim) -----------------------
 
 def simulated_answers(runs: Sequence[RunData],
-                      run_dirs: Sequence[str | os.PathLike[str]]) -> list[Any]:
+                      run_dirs: Sequence[str | os.PathLike[str]], *,
+                      transport_margin_ms: float | None = None) -> list[Any]:
     """Return each run's simulated answer on the target (None where its directory keeps no
     ``target.json``, or a broken one: logged, the report goes on).
 
-    The loop's rules are the run's own (``target.json``), with the margins this run kept: the
-    median of its records' ``margin_ns`` less the publish margin is the transport margin (all
-    of it is the publish margin where that one was learned, as ``run`` learns it).
+    The loop's rules are the run's own (``target.json``) with the target's margins
+    (:func:`~robot_latency.planner.target_sim.target_rules`): ``transport_margin_ms`` measured
+    on the robot, else the stated default. The margins this host's run kept (its records'
+    ``margin_ns``) never enter: what the target keeps is the target's.
     """
-    from dataclasses import replace
-
     from robot_latency.floor.errors import FloorError
     from robot_latency.planner.target_inputs import read_target_inputs
     from robot_latency.planner.untimed import UntimedError
@@ -318,20 +318,11 @@ def simulated_answers(runs: Sequence[RunData],
             continue
         if inputs is None:
             continue
-        margins = sorted(r.margin_ns for r in run.records if r.margin_ns)
-        rules = inputs.settings
-        if margins:
-            kept_ms = margins[len(margins) // 2] / 1e6  # publish + transport, as the run kept
-            if rules.publish_margin_ms >= 0:
-                rules = replace(rules, transport_margin_ms=max(
-                    0.0, kept_ms - rules.publish_margin_ms))
-            else:  # a learned publish margin (the CLI's): all of it is the loop's own
-                rules = replace(rules, publish_margin_ms=kept_ms,
-                                transport_margin_ms=max(0.0, rules.transport_margin_ms))
-        found.append((i, (run.label, inputs, rules)))
+        found.append((i, (run.label, inputs, None)))
     out: list[Any] = [None] * len(runs)
     try:
-        answers = answers_from_inputs([f for _, f in found])
+        answers = answers_from_inputs([f for _, f in found],
+                                      transport_margin_ms=transport_margin_ms)
     except (FloorError, UntimedError) as err:
         log.warning("target answer: %s", err)
         return out
@@ -342,24 +333,27 @@ def simulated_answers(runs: Sequence[RunData],
 
 def simulated_section(answers: Sequence[Any], plot: Path | None) -> list[str]:
     """Return the report's opening section from the simulated answers (Markdown lines)."""
-    from robot_latency.report.target_answer import answer_lines
+    from robot_latency.report.target_answer import answer_lines, first_line
 
     have = [a for a in answers if a is not None]
     where = "; ".join(sorted({f"{a.device_id} with {a.engine_family}" for a in have}))
-    lines = [f"## On {where}", "",
+    warn = first_line(have)
+    lines = [f"## On {where}", "", *([f"> **{warn}**", ""] if warn else []),
              "Will the model, at each level, meet its deadline there? The planner loop is "
              "simulated on the target for the replayed stream: each command's service time is "
              "the predicted TTFT of its uncached prompt + (its complete plan's tokens - 1) x "
              "the predicted ITL, with the tokens, the plan and the stop reason from an untimed "
              "pass of the same model, profile and grammar (nothing of this host's speed). "
              "The loop's own rules apply: arrivals, queueing or preemption, give-up at the "
-             "deadline less the publish and the measured transport margins. A *receiver miss* "
+             "deadline less the target's publish and transport margins (stated below; never "
+             "the margins this host kept). A *receiver miss* "
              "is a command whose model output is not ready by then (or skipped, superseded); "
              "*model plans in time* are those in time with a valid plan. Intervals: a Monte "
              "Carlo over the prediction's error (one systematic draw per run), widened by the "
              "Wilson 95% interval over commands, not re-plans. Not modelled: the target's own "
              "loop overhead and other load on it.", ""]
-    lines += answer_lines(have)
+    body = answer_lines(have)
+    lines += body[2:] if warn else body  # the warning opens the section already
     missing = [i for i, a in enumerate(answers) if a is None]
     if missing:
         lines += [f"{len(missing)} level(s) have no untimed pass in their run directory "

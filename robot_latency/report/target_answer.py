@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from robot_latency.planner.config import RunSettings
@@ -20,8 +21,10 @@ from robot_latency.planner.target_sim import (
     DEFAULT_MISS_TARGET,
     TargetAnswer,
     deadline_grid,
+    pass_facts,
     sim_commands,
     target_answer,
+    target_rules,
 )
 from robot_latency.report.table import markdown_lines
 
@@ -32,27 +35,82 @@ CURVE_PLOT = "target_deadline_curve.png"
 
 
 def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
-                        draws: int = DEFAULT_DRAWS,
-                        miss_target: float = DEFAULT_MISS_TARGET) -> list[TargetAnswer]:
-    """Simulate each level from its inputs, on one deadline grid for the curve.
+                        draws: int = DEFAULT_DRAWS, miss_target: float = DEFAULT_MISS_TARGET,
+                        transport_margin_ms: float | None = None) -> list[TargetAnswer]:
+    """Simulate each level from its inputs, on one deadline grid for the curve: the one path
+    ``predict --stream``, ``run``/``sweep --target-answer`` and the report take.
 
     Args:
-        levels: (label, inputs, settings) per level; settings None: the inputs' own (give
-            the measured transport margin as a fixed one there).
+        levels: (label, inputs, settings) per level; settings None: the inputs' own loop rules.
         draws: Monte Carlo draws.
         miss_target: the miss rate the smallest held deadline is stated at.
+        transport_margin_ms: the target's transport margin measured on the robot; None: the
+            stated default (:func:`~robot_latency.planner.target_sim.target_rules`). Never a
+            margin this host measured.
     """
     prepared = []
     for label, inputs, rules in levels:
         steps = inputs.predictor()
         cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
-        prepared.append((label, inputs, rules or inputs.settings, steps, cmds))
+        target, source = target_rules(rules or inputs.settings,
+                                      transport_margin_ms=transport_margin_ms)
+        prepared.append((label, inputs, target, source, steps, cmds))
     if not prepared:
         return []
     grid = deadline_grid([c for *_, cmds in prepared for c in cmds], prepared[0][2])
-    return [target_answer(label, cmds, steps, rules, draws=draws, miss_target=miss_target,
+    out = []
+    for label, inputs, rules, source, steps, cmds in prepared:
+        a = target_answer(label, cmds, steps, rules, draws=draws, miss_target=miss_target,
                           grid=grid, rests_on={"untimed_pass": inputs.untimed.key[:12]})
-            for label, inputs, rules, steps, cmds in prepared]
+        facts = {**pass_facts(inputs.untimed, steps, rules), "assumption": inputs.assumption,
+                 "profile": inputs.untimed.profile,
+                 "publish_margin_ms": rules.publish_margin_ms,
+                 "transport_margin_ms": rules.transport_margin_ms,
+                 "transport_margin_source": source}
+        out.append(replace(a, facts=facts))
+    return out
+
+
+def first_line(answers: Sequence[TargetAnswer]) -> str | None:
+    """The line an answer opens with when its pass found no valid plan for some commands, or
+    cut outputs at ``max_tokens`` (counts per level); None when it found neither."""
+    parts, cut = [], False
+    for a in answers:
+        f = a.facts
+        if not f or not (f.get("no_valid_plan") or f.get("cut_at_max_tokens")):
+            continue
+        what = "the labelled plans" if f.get("engine") == "labels" else "the untimed pass"
+        bits = []
+        if f.get("no_valid_plan"):
+            bits.append(f"no valid plan for {f['no_valid_plan']} of {f['asked']} commands")
+        if f.get("cut_at_max_tokens"):
+            cut = True
+            bits.append(f"{f['cut_at_max_tokens']} outputs cut at max_tokens "
+                        f"({f['max_tokens']})")
+        parts.append(f"{a.label}: {what} had {' and '.join(bits)}")
+    if not parts:
+        return None
+    return ("WARNING: " + "; ".join(parts) + " (a command with no valid plan gets the fallback "
+            "on any device" + ("; a cut output is timed at max_tokens: raise --max-tokens or "
+                               "the profile's output.max_tokens" if cut else "") + ").")
+
+
+def budget_lines(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Per level: the output tokens that fit in the deadline on the target after the stream's
+    p50 and p95 prompts, beside the model's own tokens per plan (Markdown lines)."""
+    out = []
+    for a in answers:
+        f = a.facts
+        if not f or f.get("budget_tokens") is None:
+            continue
+        (b50, b95), (u50, u95) = f["budget_tokens"], f["prompt_tokens"]
+        plan = f.get("tokens_per_plan")
+        own = "no complete plan" if plan is None else \
+            f"the plans take {plan[0]} (p50) / {plan[1]} (p95) tokens"
+        out.append(f"- {a.label}: in {a.deadline_ms:g} ms less {a.margin_ms:.1f} ms of margins, "
+                   f"{b50} output tokens fit after a p50 prompt ({u50} uncached tokens), {b95} "
+                   f"after a p95 prompt ({u95}); {own}.")
+    return out
 
 
 def _pct(x: float) -> str:
@@ -111,12 +169,40 @@ def rests_on(a: TargetAnswer) -> str:
         shown += f"; set aside: {', '.join(aside)}"
     return (f"{a.label}: {r.get('engine_family')} on {r.get('device_id')}, {r.get('source')} "
             f"({r.get('scope')} scope; {shown or 'no rows'}); {loso_text}; {prefill}; "
-            f"{a.draws} draws; untimed pass {r.get('untimed_pass', '-')}.")
+            f"{a.draws} draws; {_pass_name(a)} {r.get('untimed_pass', '-')}.")
+
+
+def _pass_name(a: TargetAnswer) -> str:
+    return "labelled plans (no weights)" if a.facts.get("engine") == "labels" \
+        else "untimed pass"
 
 
 def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list[str]:
-    """The whole answer as Markdown lines: table, what it rests on, and the curve."""
-    lines = [*answer_table(answers), "", "What each level's answer rests on:", ""]
+    """The whole answer as Markdown lines: the warning of :func:`first_line` first where there
+    is one, what a pass without weights assumes, the table, the token budget, the margins, what
+    it rests on, and the curve."""
+    warn = first_line(answers)
+    lines = [warn, ""] if warn else []
+    assumed = sorted({a.facts["assumption"] for a in answers if a.facts.get("assumption")})
+    lines += [f"The answer {text}." for text in assumed]
+    per_plan = "; ".join(f"{a.label}: {a.facts['tokens_per_plan'][0]} / "
+                         f"{a.facts['tokens_per_plan'][1]}" for a in answers
+                         if a.facts.get("tokens_per_plan"))
+    formats = sorted({a.facts["profile"] for a in answers if a.facts.get("profile")})
+    if per_plan:
+        lines.append(f"It holds for the output format of profile {', '.join(formats)}: tokens "
+                     f"per plan (p50 / p95) {per_plan}.")
+    lines += [""] if assumed or per_plan else []
+    lines += answer_table(answers)
+    budget = budget_lines(answers)
+    if budget:
+        lines += ["", "Token budget on the target (point prediction):", "", *budget]
+    margins = sorted({(a.facts["publish_margin_ms"], a.facts["transport_margin_ms"],
+                       a.facts["transport_margin_source"]) for a in answers
+                      if "transport_margin_ms" in a.facts})
+    lines += [""] + [f"Margins on the target: publish {p:g} ms (the loop's own), transport "
+                     f"{t:g} ms ({src})." for p, t, src in margins]
+    lines += ["", "What each level's answer rests on:", ""]
     lines += [f"- {rests_on(a)}" for a in answers]
     notes = [f"- {n}" for a in answers for n in a.rests_on.get("notes", [])]
     if notes:

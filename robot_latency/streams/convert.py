@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ class Converted:
     stream: CommandStream
     topic: str
     state_topic: str | None
+    labels: Path | None = None  # the bag's labels.jsonl, when a line carried a label
 
 
 def jsonl_to_bag(src: Path | str, out: Path | str, *, topic: str = DEFAULT_TOPIC,
@@ -38,7 +40,9 @@ def jsonl_to_bag(src: Path | str, out: Path | str, *, topic: str = DEFAULT_TOPIC
     a line's ``state``, when any line has one, goes on ``state_topic`` (default
     :data:`DEFAULT_STATE_TOPIC`) just before its command, so nothing the file recorded is lost
     (a JSONL ``id`` is not kept: a bag's commands are numbered in order, as a bag reader names
-    them).
+    them). The lines' labels (``expected``) go to ``labels.jsonl`` in the bag directory, one
+    ``{"text", "expected"}`` per distinct text, as the shipped streams keep theirs (a bag has no
+    field for them, and its commands are named by their order, not the file's ids).
 
     Args:
         src: The ``.jsonl`` file.
@@ -60,4 +64,27 @@ def jsonl_to_bag(src: Path | str, out: Path | str, *, topic: str = DEFAULT_TOPIC
     if state_topic and not has_state:
         log.warning("%s: no line has a state; %s not written", src, state_topic)
     bag = write_bag(out, stream.commands, topic=topic, storage=storage, state_topic=states)
-    return Converted(bag=bag, stream=stream, topic=topic, state_topic=states)
+    return Converted(bag=bag, stream=stream, topic=topic, state_topic=states,
+                     labels=_write_labels(stream, Path(out), src))
+
+
+def _write_labels(stream: CommandStream, out: Path, src: Path | str) -> Path | None:
+    """Write the stream's labels as ``out/labels.jsonl`` (by text); None when it has none.
+
+    Raises:
+        StreamError: one text labelled two ways (a bag names its commands by text only).
+    """
+    by_text: dict[str, object] = {}
+    for c in stream.commands:
+        if c.expected is None:
+            continue
+        if c.text in by_text and by_text[c.text] != c.expected:
+            raise StreamError(f"{src}:{c.line}: command {c.text!r} is labelled two ways; a bag's "
+                              "labels.jsonl names commands by text, so one label per text")
+        by_text.setdefault(c.text, c.expected)
+    if not by_text:
+        return None
+    path = out / "labels.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "expected": e}) + "\n"
+                            for t, e in by_text.items()), encoding="utf-8")
+    return path

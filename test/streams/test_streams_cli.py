@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,34 @@ def test_make_from_jsonl_refuses_bad_input(tmp_path: Path,
     assert main(["streams", "make", "--from", str(tmp_path / "x.mcap"), "--out",
                  str(tmp_path / "b2")]) == 2
     assert "expected a .jsonl" in capsys.readouterr().err
+
+
+def test_make_from_jsonl_keeps_the_labels(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A labelled JSONL stream's ``expected`` reaches the bag's labels.jsonl, which the bag's
+    readers (run, report, predict --stream) find by text."""
+    from robot_latency.profiles.actions import plan_json_schema
+    from robot_latency.streams.reader import labels_of_stream
+
+    stop = {"steps": [{"action": "stop"}]}
+    src = _jsonl(tmp_path / "l.jsonl", [
+        json.dumps({"t_ns": 0, "text": "stop", "expected": stop}),
+        json.dumps({"t_ns": 10, "text": "what is love?", "expected": "refuse"}),
+        json.dumps({"t_ns": 20, "text": "go to the kitchen"}),
+        json.dumps({"t_ns": 30, "text": "stop", "expected": stop})])
+    bag = tmp_path / "bag"
+    assert main(["streams", "make", "--from", str(src), "--out", str(bag)]) == 0
+    assert f"labels in {bag / 'labels.jsonl'}" in capsys.readouterr().out
+    lines = [json.loads(x) for x in (bag / "labels.jsonl").read_text().splitlines()]
+    assert lines == [{"text": "stop", "expected": stop},
+                     {"text": "what is love?", "expected": "refuse"}]
+    labels = labels_of_stream(bag, schema=plan_json_schema())
+    cmds = read_stream(bag).commands
+    assert [labels.lookup(c.command_id, c.text) is not None for c in cmds] == [
+        True, True, False, True]
+    # one text labelled two ways cannot be kept by text: refused, naming the line
+    two = _jsonl(tmp_path / "two.jsonl", [
+        json.dumps({"t_ns": 0, "text": "stop", "expected": stop}),
+        json.dumps({"t_ns": 1, "text": "stop", "expected": "refuse"})])
+    assert main(["streams", "make", "--from", str(two), "--out", str(tmp_path / "b3")]) == 2
+    assert "two.jsonl:2: command 'stop' is labelled two ways" in capsys.readouterr().err

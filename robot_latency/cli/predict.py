@@ -45,8 +45,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _validate(args)
     if args.stream is not None:
         return _predict_stream(args)
-    device = get_device(args.device)
     path, quant = _model_and_quant(args.model, args.quant)
+    if getattr(args, "power_modes", None):
+        return _predict_power_modes(args, path, quant)
+    device = get_device(args.device)
     model = resolve_model(path, quant=quant)
     from_table = not args.calibration
     model_notes: tuple[str, ...] = ()
@@ -111,6 +113,13 @@ def _preset_of(model: str) -> str | None:
     from robot_latency.planner.target_inputs import model_preset
 
     return model_preset(model)
+
+
+def _predict_power_modes(args: argparse.Namespace, path: str, quant: str | None) -> int:
+    """``--power-modes all``: every nvpmodel mode of the module (cli/predict_modes.py)."""
+    from robot_latency.cli.predict_modes import cmd_predict_power_modes
+
+    return cmd_predict_power_modes(args, path, quant, _preset_of(path))
 
 
 def _predict_stream(args: argparse.Namespace) -> int:
@@ -281,6 +290,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", default=None, help="with --validate: another table file")
     p.add_argument("--json", action="store_true")
     _add_stream_args(p)
+    from robot_latency.cli.predict_modes import add_power_mode_args
+
+    add_power_mode_args(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("calibrate", help="fit efficiency and overhead from run directories",

@@ -13,7 +13,9 @@ Computed from the shipped tables alone (no model, no machine: seconds on any hos
   leave-one-source-out;
 * power modes: each mode of a source that measured three or more predicted from its other
   modes alone, with the decode compute ratio fitted without it, beside the bandwidth alone
-  (robot_latency.floor.published_modes).
+  (robot_latency.floor.published_modes);
+* energy: each published energy row's J per output token predicted from its setup's other rows
+  (robot_latency.floor.energy), with the 80% interval's coverage.
 
     python bench/predict_validate.py [--table DECODE_YAML] [--prefill-table PREFILL_YAML]
         [--out docs/bench/predict_validate.json]
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from benchio import emit_result
 
+from robot_latency.floor.energy import validate_energy
 from robot_latency.floor.published import load_table, validate_table
 from robot_latency.floor.published_checks import (
     device_stability,
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     stability = device_stability(rows=rows)
     prefill = validate_prefill(prefill_rows)
     modes = validate_modes(rows)
+    energy = validate_energy()
     cuda, pf = decode["by_family"].get("llamacpp-cuda", {}), prefill["by_family"].get(
         "llamacpp-cuda", {})
     loso_cuda = loso["by_family"].get("llamacpp-cuda", {})
@@ -80,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             "predicted", "median_abs_error", "bandwidth_only_median_abs_error",
             "max_abs_error", "bandwidth_only_max_abs_error")}
         | {"ratios": modes["ratio_fits"]},
+        "energy": {k: energy[k] for k in ("predicted", "sources", "devices", "median_abs_error",
+                                          "max_abs_error", "coverage_80")},
     }
 
     def met(value: float | None, ok: bool) -> bool | None:
@@ -96,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
                                              (s["leave_one_source_out_median"] or 1) <= 0.20),
         "no_device_moves_past_2x": met(s["largest_device_move"],
                                        (s["largest_device_move"] or 9) <= 2.0),
+        "energy_sources_devices": len(energy["sources"]) >= 2 and len(energy["devices"]) >= 2,
+        "energy_loo_median_le_25pct": met(energy["median_abs_error"],
+                                          (energy["median_abs_error"] or 1) <= 0.25),
+        "energy_coverage_ge_75pct": met(energy["coverage_80"],
+                                        (energy["coverage_80"] or 0) >= 0.75),
         "unseen_mode_beats_bandwidth_only": met(
             modes["median_abs_error"], (modes["median_abs_error"] or 9)
             < (modes["bandwidth_only_median_abs_error"] or 0)),
@@ -103,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     # the decode validation's keys at the top, as `robot-latency predict --validate --json`
     return emit_result({"summary": summary, "targets": targets, **decode,
                         "leave_one_source_out": loso, "device_stability": stability,
-                        "prefill": prefill, "power_modes": modes}, args.out)
+                        "prefill": prefill, "power_modes": modes, "energy": energy}, args.out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, emit_json
+from robot_latency.cli.predict_energy import energy_answer
 from robot_latency.floor.devices import DeviceSheet, get_device, power_modes_of
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.target import (
@@ -64,20 +65,24 @@ def cmd_predict_power_modes(args: argparse.Namespace, path: str, quant: str | No
     for sheet in sheets:
         pred = _predict_mode(args, sheet, path, quant, preset)
         answers.append((sheet, pred))
+    energy = [energy_answer(args, p) for _, p in answers]
     if args.json:
         emit_json({"device": args.device, "modes": [
-            {**mode_caps(s), "prediction": p.to_dict()} for s, p in answers]})
+            {**mode_caps(s), "prediction": p.to_dict(), "energy": e}
+            for (s, p), e in zip(answers, energy, strict=True)]})
         return 0
     first, module = answers[0][1], sheets[0].module or sheets[0].id
     echo(f"{first.model_name} ({first.quant or '-'}), {first.engine_family}, "
          f"{first.context_tokens} tokens of context, every power mode of {module}")
     echo(f"{'device':26} {'mode':10} {'GB/s':>6} {'GPU MHz':>7} {'TPCs':>4} {'CPUs':>4} "
-         f"{'ITL ms':>7} {'80% interval':>15} {'bound':9} {'scope':7}")
-    for s, p in answers:
+         f"{'ITL ms':>7} {'80% interval':>15} {'bound':9} {'scope':7} {'mJ/token':>9}")
+    for (s, p), e in zip(answers, energy, strict=True):
         lo, hi = p.itl_pred_interval_ms
+        mj = ("uncalibrated" if e["j_per_output_token"] is None
+              else f"{1e3 * e['j_per_output_token']:9.1f}")
         echo(f"{s.id:26} {s.power_mode or '-':10} {s.bandwidth_gbps:6.1f} "
              f"{s.gpu_max_mhz or 0:7.0f} {s.gpu_tpcs or 0:4d} {s.cpu_cores or 0:4d} "
              f"{p.itl_pred_ms:7.2f} {f'[{lo:.1f}, {hi:.1f}]':>15} {p.decode_bound:9} "
-             f"{p.calibration['scope']:7}")
+             f"{p.calibration['scope']:7} {mj:>9}")
     echo("caps: nvpmodel POWER_MODEL blocks (robot-latency devices --json for each source)")
     return 0

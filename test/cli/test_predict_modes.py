@@ -40,3 +40,15 @@ def test_power_modes_table_prints(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for device in ("orin-nano-8gb-7w", "orin-nano-8gb-super-25w", "orin-nano-8gb"):
         assert device in text
+
+
+def test_predict_answers_energy_per_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--device", "orin-nano-8gb-super", "--prompt-tokens", "200",
+                "--plan-tokens", "30", "--wait-ms", "100", "--json")
+    e = out["energy"]
+    assert e["power"]["decode_watts"] > 0 and e["plan_tokens"] == 30
+    assert e["energy_j"] == pytest.approx(e["prefill_j"] + e["decode_j"])
+    assert e["wait_j"] is None and any("idle uncalibrated" in n for n in e["notes"])
+    out = _json(capsys, "predict", "--device", "orin-agx-64gb", "--json")
+    assert out["energy"]["status"].startswith("energy uncalibrated")
+    assert out["energy"]["j_per_output_token"] is None

@@ -93,6 +93,12 @@ class CycleRecord:
     cycle the fallback answered, whether each policy's plan for this command would have been
     right (``{"rule": ..., "hold": ...}``): the fallback judged, whichever policy answered.
 
+    ``energy_mj`` is the energy the module drew from the previous plan's publish to this one's
+    (the input rail integrated: :mod:`robot_latency.telemetry.energy`), ``energy_phases_mj``
+    its parts (``wait``, ``prefill``, ``decode``, ``rest``) and ``energy_source`` what was
+    integrated, or ``not measured`` (and why) where no rail is readable: then ``energy_mj`` is
+    None, never 0.
+
     ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
     clock (a tagged command from the client edge): the first cycle's ``scheduled_ns`` (and so
     its deadline) is then that send, not ``command_arrival_ns`` nor the tick (periodic mode).
@@ -137,6 +143,9 @@ class CycleRecord:
     plan_correct: bool | None = None
     label_kind: str | None = None
     fallback_correct: dict[str, bool] | None = None
+    energy_mj: float | None = None
+    energy_phases_mj: dict[str, float | None] | None = None
+    energy_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

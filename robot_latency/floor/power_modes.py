@@ -199,7 +199,8 @@ def sheet_fields(mode: PowerMode, base_name: str, memory_bytes: int,
     module = MODULES[mode.module]
     return {
         "id": mode.device_id,
-        "name": f"{base_name.rsplit(' (', 1)[0]} ({mode.name})",
+        "name": (f"{base_name.rsplit(' (', 1)[0]}"
+                 f"{' Super' if 'super' in mode.device_id else ''} ({mode.name})"),
         "bandwidth_gbps": round(bw, 1),
         "memory_bytes": memory_bytes,
         "fp16_tflops": round(tf, 2),

@@ -75,6 +75,12 @@ class CycleRecord:
     publish and the transport to the receiver (``deadline_ns - margin_ns``: when it gave up on
     the model).
 
+    ``energy_mj`` is the energy the module drew from the previous plan's publish to this one's
+    (the input rail integrated: :mod:`robot_latency.telemetry.energy`), ``energy_phases_mj``
+    its parts (``wait``, ``prefill``, ``decode``, ``rest``) and ``energy_source`` what was
+    integrated, or ``not measured`` (and why) where no rail is readable: then ``energy_mj`` is
+    None, never 0.
+
     The target's answer for this cycle: ``target_e2e_pred_ms`` is the predicted time from the
     cycle's start to its last token on the target device, ``ttft_pred + (tokens_out - 1) *
     itl_pred`` (the same form as the measured ``e2e_ms``; TTFT for this cycle's own uncached
@@ -92,12 +98,6 @@ class CycleRecord:
     action, or ``refuse``), None when unlabelled. ``fallback_correct`` is, for a labelled
     cycle the fallback answered, whether each policy's plan for this command would have been
     right (``{"rule": ..., "hold": ...}``): the fallback judged, whichever policy answered.
-
-    ``energy_mj`` is the energy the module drew from the previous plan's publish to this one's
-    (the input rail integrated: :mod:`robot_latency.telemetry.energy`), ``energy_phases_mj``
-    its parts (``wait``, ``prefill``, ``decode``, ``rest``) and ``energy_source`` what was
-    integrated, or ``not measured`` (and why) where no rail is readable: then ``energy_mj`` is
-    None, never 0.
 
     ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
     clock (a tagged command from the client edge): the first cycle's ``scheduled_ns`` (and so
@@ -132,6 +132,9 @@ class CycleRecord:
     rss_bytes: int | None = None
     host_steal_ns: int | None = None
     telemetry: dict[str, Any] | None = None
+    energy_mj: float | None = None
+    energy_phases_mj: dict[str, float | None] | None = None
+    energy_source: str | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
     margin_ns: int | None = None
     target_e2e_pred_ms: float | None = None
@@ -143,9 +146,6 @@ class CycleRecord:
     plan_correct: bool | None = None
     label_kind: str | None = None
     fallback_correct: dict[str, bool] | None = None
-    energy_mj: float | None = None
-    energy_phases_mj: dict[str, float | None] | None = None
-    energy_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

@@ -10,7 +10,12 @@ Computed from the shipped tables alone (no model, no machine: seconds on any hos
   from a device's answer) and, per device, how far dropping any one source moves the answer
   for Qwen2.5-0.5B, Llama-3.2-1B and Llama-3.2-3B at Q4_K_M;
 * prefill: leave-one-out with the 80% TTFT interval's coverage, leave-one-model-out and
-  leave-one-source-out.
+  leave-one-source-out;
+* power modes: each mode of a source that measured three or more predicted from its other
+  modes alone, with the decode compute ratio fitted without it, beside the bandwidth alone
+  (robot_latency.floor.published_modes);
+* energy: each published energy row's J per output token predicted from its setup's other rows
+  (robot_latency.floor.energy), with the 80% interval's coverage.
 
     python bench/predict_validate.py [--table DECODE_YAML] [--prefill-table PREFILL_YAML]
         [--out docs/bench/predict_validate.json]
@@ -29,12 +34,14 @@ from pathlib import Path
 
 from benchio import emit_result
 
+from robot_latency.floor.energy import validate_energy
 from robot_latency.floor.published import load_table, validate_table
 from robot_latency.floor.published_checks import (
     device_stability,
     leave_one_source_out,
     validate_prefill,
 )
+from robot_latency.floor.published_modes import validate_modes
 from robot_latency.floor.published_prefill import load_prefill_table
 
 
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     loso = leave_one_source_out(rows)
     stability = device_stability(rows=rows)
     prefill = validate_prefill(prefill_rows)
+    modes = validate_modes(rows)
+    energy = validate_energy()
     cuda, pf = decode["by_family"].get("llamacpp-cuda", {}), prefill["by_family"].get(
         "llamacpp-cuda", {})
     loso_cuda = loso["by_family"].get("llamacpp-cuda", {})
@@ -71,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
                     "coverage_80": pf.get("coverage_80"),
                     "leave_one_model_out_median": pf.get("new_model_median_abs_error"),
                     "leave_one_source_out_median": pf.get("new_source_median_abs_error")},
+        "power_modes": {k: modes[k] for k in (
+            "predicted", "median_abs_error", "bandwidth_only_median_abs_error",
+            "max_abs_error", "bandwidth_only_max_abs_error")}
+        | {"ratios": modes["ratio_fits"]},
+        "energy": {k: energy[k] for k in ("predicted", "sources", "devices", "median_abs_error",
+                                          "max_abs_error", "coverage_80")},
     }
 
     def met(value: float | None, ok: bool) -> bool | None:
@@ -87,11 +102,19 @@ def main(argv: list[str] | None = None) -> int:
                                              (s["leave_one_source_out_median"] or 1) <= 0.20),
         "no_device_moves_past_2x": met(s["largest_device_move"],
                                        (s["largest_device_move"] or 9) <= 2.0),
+        "energy_sources_devices": len(energy["sources"]) >= 2 and len(energy["devices"]) >= 2,
+        "energy_loo_median_le_25pct": met(energy["median_abs_error"],
+                                          (energy["median_abs_error"] or 1) <= 0.25),
+        "energy_coverage_ge_75pct": met(energy["coverage_80"],
+                                        (energy["coverage_80"] or 0) >= 0.75),
+        "unseen_mode_beats_bandwidth_only": met(
+            modes["median_abs_error"], (modes["median_abs_error"] or 9)
+            < (modes["bandwidth_only_median_abs_error"] or 0)),
     }
     # the decode validation's keys at the top, as `robot-latency predict --validate --json`
     return emit_result({"summary": summary, "targets": targets, **decode,
                         "leave_one_source_out": loso, "device_stability": stability,
-                        "prefill": prefill}, args.out)
+                        "prefill": prefill, "power_modes": modes, "energy": energy}, args.out)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,12 @@ class CycleRecord:
     publish and the transport to the receiver (``deadline_ns - margin_ns``: when it gave up on
     the model).
 
+    ``energy_mj`` is the energy the module drew from the previous plan's publish to this one's
+    (the input rail integrated: :mod:`robot_latency.telemetry.energy`), ``energy_phases_mj``
+    its parts (``wait``, ``prefill``, ``decode``, ``rest``) and ``energy_source`` what was
+    integrated, or ``not measured`` (and why) where no rail is readable: then ``energy_mj`` is
+    None, never 0.
+
     The target's answer for this cycle: ``target_e2e_pred_ms`` is the predicted time from the
     cycle's start to its last token on the target device, ``ttft_pred + (tokens_out - 1) *
     itl_pred`` (the same form as the measured ``e2e_ms``; TTFT for this cycle's own uncached
@@ -130,6 +136,9 @@ class CycleRecord:
     rss_bytes: int | None = None
     host_steal_ns: int | None = None
     telemetry: dict[str, Any] | None = None
+    energy_mj: float | None = None
+    energy_phases_mj: dict[str, float | None] | None = None
+    energy_source: str | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
     margin_ns: int | None = None
     target_e2e_pred_ms: float | None = None

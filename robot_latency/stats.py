@@ -13,6 +13,7 @@ publish rolling percentiles.
      "itl_ms": {...}, "tpot_ms": {...}, "e2e_ms": {...}, "overshoot_ms": {...}, ...,
      "host_steal_ms": {"total": ..., "cycles_with_steal": ..., "n": ...} or null,
      "speculative": {"alpha": ..., "cost_ratio": ..., "predicted_speedup": ..., ...} or null,
+     "energy_per_plan_j": {"p50": ..., ..., "n": ..., "source": ...} or {"source": "not measured"},
      "warnings": [...]}
 
 A statistic with no samples is ``None``, never 0.
@@ -197,6 +198,20 @@ def _steal_ms(records: Sequence[CycleRecord]) -> dict[str, Any] | None:
             "n": len(steal)}
 
 
+def energy_per_plan(records: Sequence[CycleRecord]) -> dict[str, Any]:
+    """Return the distribution of the measured J per plan (each cycle that published one, from
+    the previous publish to its own), or ``{"source": "not measured ..."}`` where no record
+    measured one: never 0."""
+    measured = [r for r in records if r.energy_mj is not None and r.published_ns is not None]
+    if not measured:
+        why = next((r.energy_source for r in records if r.energy_source), "not measured")
+        return {"source": why}
+    out = distribution([r.energy_mj / 1e3 for r in measured]).to_dict()
+    out["total_j"] = sum(r.energy_mj for r in measured) / 1e3
+    out["source"] = measured[-1].energy_source
+    return out
+
+
 def summarize(records: Sequence[CycleRecord]) -> dict[str, Any]:
     """Return the summary of a run's records (the ``summary.json`` layout above)."""
     n = len(records)
@@ -214,6 +229,7 @@ def summarize(records: Sequence[CycleRecord]) -> dict[str, Any]:
         "plan_sources": dict(sorted(Counter(r.plan_source for r in records).items())),
         "host_steal_ms": _steal_ms(records),
         "speculative": speculative_summary(records),
+        "energy_per_plan_j": energy_per_plan(records),
     }
     warnings: list[str] = []
     for metric in METRICS:

@@ -45,8 +45,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _validate(args)
     if args.stream is not None:
         return _predict_stream(args)
-    device = get_device(args.device)
     path, quant = _model_and_quant(args.model, args.quant)
+    if getattr(args, "power_modes", None):
+        return _predict_power_modes(args, path, quant)
+    device = get_device(args.device)
     model = resolve_model(path, quant=quant)
     from_table = not args.calibration
     model_notes: tuple[str, ...] = ()
@@ -68,6 +70,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out["nearest_rows"] = [r.to_dict() for r in near]
         out["model_notes"] = list(model_notes)
         out["model_adjustment"] = None if adj is None else adj.to_dict()
+        out["energy"] = _energy(args, pred)
         emit_json(out)
         return 0
     lo, hi = pred.itl_pred_interval_ms
@@ -88,6 +91,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms{span_t}  ({pred.prompt_tokens} "
              f"prompt tokens; floor {pred.ttft_floor_ms:.2f} ms)")
     echo(f"  prefill        {pred.prefill_status}")
+    _echo_energy(_energy(args, pred))
     echo(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
     if cal.sources or cal.set_aside:
         echo(f"  rests on       {'; '.join(cal.sources) or '-'}")
@@ -111,6 +115,26 @@ def _preset_of(model: str) -> str | None:
     from robot_latency.planner.target_inputs import model_preset
 
     return model_preset(model)
+
+
+def _energy(args: argparse.Namespace, pred: Any) -> dict[str, Any]:
+    """J per token and per plan (robot_latency.cli.predict_energy)."""
+    from robot_latency.cli.predict_energy import energy_answer
+
+    return energy_answer(args, pred)
+
+
+def _echo_energy(answer: dict[str, Any]) -> None:
+    from robot_latency.cli.predict_energy import echo_energy
+
+    echo_energy(answer)
+
+
+def _predict_power_modes(args: argparse.Namespace, path: str, quant: str | None) -> int:
+    """``--power-modes all``: every nvpmodel mode of the module (cli/predict_modes.py)."""
+    from robot_latency.cli.predict_modes import cmd_predict_power_modes
+
+    return cmd_predict_power_modes(args, path, quant, _preset_of(path))
 
 
 def _predict_stream(args: argparse.Namespace) -> int:
@@ -281,6 +305,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", default=None, help="with --validate: another table file")
     p.add_argument("--json", action="store_true")
     _add_stream_args(p)
+    from robot_latency.cli.predict_energy import add_energy_args
+    from robot_latency.cli.predict_modes import add_power_mode_args
+
+    add_power_mode_args(p)
+    add_energy_args(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("calibrate", help="fit efficiency and overhead from run directories",

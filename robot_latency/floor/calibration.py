@@ -79,6 +79,8 @@ class DecodePoint:
     model: str
     floor_ms: float
     measured_ms: float
+    #: the step's FLOPs at the device's peak (0: unknown); see ``Calibration.compute_ratio``
+    compute_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,16 @@ class Calibration:
     prefill_basis: tuple[str, ...] = ()
     prefill_interval_rel: tuple[float, float] | None = None
     prefill_notes: tuple[str, ...] = ()
+    #: How far below the compute peak a decode step's arithmetic runs, next to its bytes: the
+    #: step is ``max(bytes floor, compute_ratio * FLOPs at peak) / efficiency + overhead``
+    #: (0: bandwidth only). Fitted per engine family and module family on sources that measured
+    #: one model in several power modes (robot_latency.floor.published_modes).
+    compute_ratio: float = 0.0
+
+    def decode_floor_ms(self, floor_ms: float, compute_ms: float | None) -> float:
+        """Return the floor a step's prediction scales: the bytes floor or, where the mode's
+        compute caps it harder, ``compute_ratio`` times the FLOPs at its peak."""
+        return max(floor_ms, self.compute_ratio * (compute_ms or 0.0))
 
     @property
     def prefill_status(self) -> str:
@@ -154,6 +166,7 @@ class Calibration:
             "prefill_basis": list(self.prefill_basis),
             "sources": list(self.sources),
             "set_aside": list(self.set_aside),
+            "decode_compute_ratio": self.compute_ratio,
             "notes": [*self.notes, *self.prefill_notes],
         }
 

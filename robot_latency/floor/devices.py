@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from robot_latency.floor.errors import UnknownDeviceError
+from robot_latency.floor.power_modes import MODES, PowerMode, cap_fields, sheet_fields
 
 __all__ = [
     "AUTO_ID",
@@ -26,6 +27,7 @@ __all__ = [
     "DeviceSheet",
     "get_device",
     "list_devices",
+    "power_modes_of",
     "register_resolver",
 ]
 
@@ -51,6 +53,14 @@ class DeviceSheet:
     #: one derived from cores and clocks): only then does a prefill get a *floor* from it. The
     #: host's figure is a measured sustained rate, which real kernels can beat.
     flops_is_peak: bool = True
+    #: The module this sheet is a power mode of (its base datasheet id; "" where no mode table
+    #: covers it) and the mode's caps (robot_latency.floor.power_modes; None: not known).
+    module: str = ""
+    nvpmodel_id: int | None = None
+    emc_max_mhz: float | None = None
+    gpu_max_mhz: float | None = None
+    gpu_tpcs: int | None = None
+    cpu_max_mhz: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
@@ -255,13 +265,15 @@ _PROFILES: tuple[DeviceSheet, ...] = (
         name="Jetson Orin Nano 8GB (7W)",
         bandwidth_gbps=68.0,
         memory_bytes=8 * _GB,
-        fp16_tflops=6.7,
+        fp16_tflops=3.3,
         flops_derived=True,
-        cpu_cores=6,
+        cpu_cores=4,
         power_mode="7W",
         source=(f"{_NANO_DS}; GPU clock ~408 MHz as published for this mode (docs/REFERENCE.md, "
-                "Sources of recent Jetson decode figures); FP16 TFLOPS derived here as 32 tensor "
-                "cores x 408 MHz x 512 FLOP, no TPC assumed gated"),
+                f"Sources of recent Jetson decode figures); {_CAPPED}2 of 4 TPCs (TPC_PG_MASK "
+                "252) = 16 tensor cores x 0.408 GHz x 512 = 3.3 (the TPC mask and 4 CPU cores "
+                "are those of the 7W block of nvpmodel_p3767_0003.conf; the JetPack 6.2.1 file "
+                "with this mode as -m 3 was not found in a public copy)"),
         notes="EMC at 2133 MHz; the lowest GPU and CPU clocks of the module",
         family="orin-nano",
     ),
@@ -277,13 +289,13 @@ _PROFILES: tuple[DeviceSheet, ...] = (
         source=(f"{_NANO_DS}; {_SUPER}; GPU clock ~820 MHz and CPU 1420 MHz in this mode: Table 5 "
                 "of https://github.com/YuvrajSingh-mist/smolperfbenchmark/blob/main/"
                 "benchmark-jetson-nano-orin-super/non-reasoning-models/benchmark_report.md; "
-                "EMC of this mode not found on an NVIDIA page reachable from the check: 102 GB/s "
-                "(EMC 3199 MHz, 128-bit LPDDR5 at 6400 MT/s, as MAXN_SUPER) is an assumption, "
-                "consistent with the same report's 0.6-1B models decoding at 25W only 8-9% "
-                "slower than at MAXN_SUPER (Table 9) on a 20% lower GPU clock; FP16 TFLOPS "
-                "derived here as 32 tensor cores x 820 MHz x 512 FLOP"),
-        notes=("EMC assumed at 3199 MHz as in MAXN_SUPER (not confirmed, see source); lower GPU "
-               "and CPU clocks"),
+                "EMC 3199 MHz (102 GB/s) as the 25W block of nvpmodel_p3767_0003_super.conf "
+                "sets it (caps below), consistent with the same report's 0.6-1B models "
+                "decoding at 25W only 8-9% slower than at MAXN_SUPER (Table 9); FP16 TFLOPS "
+                "derived here as 32 tensor cores x 820 MHz x 512 FLOP, the clock the report "
+                "read on its board (the file caps the GPU at 918 MHz: 15.0 TFLOPS there)"),
+        notes=("EMC at 3199 MHz as in MAXN_SUPER; lower GPU and CPU clocks; GPU 820 MHz as "
+               "measured, 918 MHz as capped"),
         family="orin-nano",
     ),
     DeviceSheet(
@@ -343,7 +355,48 @@ _PROFILES: tuple[DeviceSheet, ...] = (
     ),
 )
 
-DEVICES: dict[str, DeviceSheet] = {p.id: p for p in _PROFILES}
+
+
+def _with_caps(sheet: DeviceSheet, mode: PowerMode) -> DeviceSheet:
+    """Return ``sheet`` with the caps of its nvpmodel mode (its figures are left as they are)."""
+    return replace(sheet, **cap_fields(mode), source=f"{sheet.source}; caps: {mode.source}")
+
+
+def _mode_sheet(mode: PowerMode, base: DeviceSheet) -> DeviceSheet:
+    """Return the datasheet of a power mode without a hand-written one, from its caps."""
+    return _with_caps(DeviceSheet(**sheet_fields(mode, base.name, base.memory_bytes,
+                                                 base.family)), mode)
+
+
+def _all_sheets() -> dict[str, DeviceSheet]:
+    """The hand-written sheets, each with its mode's caps, then every other power mode's."""
+    by_device = {m.device_id: m for m in MODES}
+    out: dict[str, DeviceSheet] = {}
+    for p in _PROFILES:
+        mode = by_device.get(p.id)
+        out[p.id] = p if mode is None else _with_caps(p, mode)
+        # the modes without a hand-written sheet follow their module's base sheet
+        for m in MODES:
+            if m.module == p.id and m.device_id not in out and not any(
+                    q.id == m.device_id for q in _PROFILES):
+                out[m.device_id] = _mode_sheet(m, p)
+    return out
+
+
+DEVICES: dict[str, DeviceSheet] = _all_sheets()
+
+
+def power_modes_of(device_id: str) -> list[DeviceSheet]:
+    """Return every power mode's datasheet of ``device_id``'s module (the device itself
+    included), in the table's order; a device without a mode table gives only itself.
+
+    Raises:
+        UnknownDeviceError: ``device_id`` is not a row of the table.
+    """
+    sheet = get_device(device_id)
+    if not sheet.module:
+        return [sheet]
+    return [s for s in DEVICES.values() if s.module == sheet.module]
 
 
 def list_devices() -> list[DeviceSheet]:

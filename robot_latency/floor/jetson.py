@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robot_latency.floor.devices import DEVICES
+from robot_latency.floor.power_modes import MODES
 
 __all__ = ["JetsonInfo", "detect_jetson", "read_bytes", "read_text", "resolve_under"]
 
@@ -61,17 +62,12 @@ _MODEL_PROFILES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("orin nx", ("orin-nx-8gb", "orin-nx-16gb")),
     ("orin nano", ("orin-nano-4gb", "orin-nano-8gb")),
 )
-# Power modes that change a module's figures; every other mode maps to the module's base datasheet.
-_MODE_DEVICES: dict[str, dict[str, str]] = {
-    "orin-agx-64gb": {"15W": "orin-agx-64gb-15w"},
-    "orin-nx-16gb": {"10W": "orin-nx-16gb-10w", "MAXN_SUPER": "orin-nx-16gb-super"},
-    "orin-nx-8gb": {"MAXN_SUPER": "orin-nx-8gb-super"},
-    # 25W exists only in the Super conf, which runs EMC at full speed (102 GB/s) at lower GPU
-    # clocks than MAXN_SUPER; 7W runs the lowest clocks (EMC 2133 MHz, 68 GB/s).
-    "orin-nano-8gb": {"MAXN_SUPER": "orin-nano-8gb-super", "25W": "orin-nano-8gb-super-25w",
-                      "7W": "orin-nano-8gb-7w"},
-    "orin-nano-4gb": {"MAXN_SUPER": "orin-nano-4gb-super"},
-}
+# Power modes that change a module's figures (every nvpmodel mode of robot_latency.floor.power_modes
+# has its own datasheet); a mode not in the table maps to the module's base datasheet.
+_MODE_DEVICES: dict[str, dict[str, str]] = {}
+for _mode in MODES:
+    if _mode.device_id != _mode.module:
+        _MODE_DEVICES.setdefault(_mode.module, {})[_mode.name] = _mode.device_id
 
 _PART_RE = re.compile(r"\b(p\d{4})-(\d{4})\b")
 _PMODE_RE = re.compile(r"\bpmode:(\d+)")

@@ -3,7 +3,7 @@
 The formulas are those of docs/REFERENCE.md, "The latency model" and "Speculative decoding".
 Units: GB = 1e9 bytes, GB/s = 1e9 bytes/s, TFLOPS = 1e12 FLOP/s, as device datasheets use them.
 
-    t_step    >= (W + B * KV_seq) / BW
+    t_step    >= max((W + B * KV_seq) / BW, B * 2 * params / peak_FLOPs)
     t_prefill >= 2 * params * prompt_tokens / (efficiency * peak_FLOPs)
     E[tokens/round] = (1 - a^(k+1)) / (1 - a);  cost = k*c + 1 + k*v;  speedup = E / cost
 """
@@ -49,6 +49,10 @@ class FloorPrediction:
     compute_efficiency: float | None = None
     peak_flops: float | None = None
     prefill_floor_ms: float | None = None
+    #: The decode step's FLOPs at the device's peak (None: no peak figure); ``itl_floor_ms`` is
+    #: the slower of this and the bytes at the bandwidth, ``decode_bound`` says which.
+    itl_compute_floor_ms: float | None = None
+    decode_bound: str = "bandwidth"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the stable machine-readable form (None for what was not asked)."""
@@ -117,8 +121,10 @@ def predict_floor(model: ModelFacts, device: DeviceSheet, *, batch: int = 1,
     _check_positive("batch", batch)
     _check_positive("context_tokens", context_tokens, allow_zero=True)
     kv_seq = model.kv_bytes_per_token * context_tokens
-    step_s = decode_step_floor_s(model.weight_bytes_per_step, kv_seq, batch=batch,
-                                 bandwidth_gbps=device.bandwidth_gbps)
+    bytes_s = decode_step_floor_s(model.weight_bytes_per_step, kv_seq, batch=batch,
+                                  bandwidth_gbps=device.bandwidth_gbps)
+    compute_ms = decode_compute_ms(model, device, batch=batch)
+    step_s = max(bytes_s, (compute_ms or 0.0) / 1e3)
     draft_weights = draft.weight_bytes_total if draft is not None else 0
     draft_kv = draft.kv_bytes_per_token * context_tokens if draft is not None else 0
     needed = memory_needed_bytes(model.weight_bytes_total, kv_seq, batch=batch,
@@ -159,7 +165,22 @@ def predict_floor(model: ModelFacts, device: DeviceSheet, *, batch: int = 1,
         compute_efficiency=compute_efficiency if prompt_tokens is not None else None,
         peak_flops=peak if prompt_tokens is not None else None,
         prefill_floor_ms=prefill_ms,
+        itl_compute_floor_ms=compute_ms,
+        decode_bound="compute" if step_s > bytes_s else "bandwidth",
     )
+
+
+def decode_compute_ms(model: ModelFacts, device: DeviceSheet, *, batch: int = 1) -> float | None:
+    """Return one decode step's FLOPs (``2 * params`` per sequence) at the device's peak, in ms.
+
+    None where the device has no peak figure, or a measured sustained rate that is no bound.
+    A power mode that gates TPCs and caps the GPU clock lowers the peak (its datasheet's
+    ``fp16_tflops``), so in capped modes this term grows while the bytes term may not.
+    """
+    peak = device.peak_flops
+    if peak is None or not device.flops_is_peak:
+        return None
+    return 2.0 * prefill_params(model) * batch / peak * 1e3
 
 
 def prefill_params(model: ModelFacts) -> int:

@@ -24,6 +24,7 @@ from robot_latency.floor.errors import CalibrationError
 from robot_latency.floor.modelinfo import facts_from_preset
 from robot_latency.floor.predict import predict_floor
 from robot_latency.floor.published_fit import _ladder
+from robot_latency.floor.published_modes import predict_row
 from robot_latency.floor.published_prefill import (
     PrefillRow,
     load_prefill_table,
@@ -39,7 +40,6 @@ from robot_latency.floor.published_table import (
     PublishedRow,
     load_table,
     not_predicted_reason,
-    row_point,
 )
 
 __all__ = [
@@ -131,7 +131,7 @@ def _predict_row(row: PublishedRow, table: Sequence[PublishedRow]) -> tuple[floa
         cal = _ladder(row.engine_family, row.device, table, exclude=None, setup=None)
     except CalibrationError:
         return None
-    return row_point(row).floor_ms / cal.efficiency + cal.overhead_ms, cal
+    return predict_row(row, cal), cal
 
 
 def leave_one_source_out(rows: Sequence[PublishedRow] | None = None) -> dict[str, Any]:
@@ -193,8 +193,8 @@ def device_stability(engine_family: str = "llamacpp-cuda", *,
         device = DEVICES[device_id]
         per_model = {}
         for preset, quant in models:
-            floor = predict_floor(facts_from_preset(preset, quant=quant), device,
-                                  context_tokens=context_tokens).itl_floor_ms
+            fp = predict_floor(facts_from_preset(preset, quant=quant), device,
+                               context_tokens=context_tokens)
             answers: dict[str, Any] = {}
             for dropped in [None, *sources]:
                 subset = [r for r in table if r.source != dropped]
@@ -203,7 +203,9 @@ def device_stability(engine_family: str = "llamacpp-cuda", *,
                 except CalibrationError:
                     answers[dropped or "(none)"] = None
                     continue
-                answers[dropped or "(none)"] = floor / cal.efficiency + cal.overhead_ms
+                answers[dropped or "(none)"] = (cal.decode_floor_ms(
+                    fp.itl_floor_ms, fp.itl_compute_floor_ms) / cal.efficiency
+                    + cal.overhead_ms)
             values = [v for v in answers.values() if v is not None]
             per_model[f"{preset} {quant}"] = {
                 "itl_ms": answers,

@@ -34,6 +34,14 @@ from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import CalibrationError
 from robot_latency.floor.fit import distinct_sizes
 from robot_latency.floor.modelinfo import PRESETS
+from robot_latency.floor.published_modes import (
+    compute_ratio,
+    mode_point,
+    module_devices,
+    module_note,
+    module_rows,
+    predict_row,
+)
 from robot_latency.floor.published_prefill import PrefillRow, prefill_fit, prefill_interval
 from robot_latency.floor.published_sources import flagged_sources
 from robot_latency.floor.published_table import (
@@ -93,28 +101,6 @@ def _by_setup(rows: Sequence[PublishedRow]) -> dict[str, list[PublishedRow]]:
     for r in rows:
         groups.setdefault(r.setup, []).append(r)
     return groups
-
-
-def _module_devices(device_id: str) -> set[str]:
-    """The other power modes and memory sizes of ``device_id``'s module (its datasheet
-    family: AGX Orin, Orin NX, Orin Nano), without ``device_id`` itself."""
-    sheet = DEVICES.get(device_id)
-    if sheet is None or not sheet.family:
-        return set()
-    return {d for d, s in DEVICES.items() if s.family == sheet.family and d != device_id}
-
-
-def _module_rows(rows: Sequence[PublishedRow], device_id: str) -> list[PublishedRow]:
-    """The rows measured on the same module as ``device_id`` in its other power modes, each
-    against its own mode's floor."""
-    others = _module_devices(device_id)
-    return [r for r in rows if r.device in others]
-
-
-def _module_note(rows: Sequence[PublishedRow], device_id: str) -> str:
-    devices = sorted({r.device for r in rows})
-    return (f"no row of the family on {device_id}: fitted on the same module's other modes "
-            f"({', '.join(devices)}; each row against its own mode's floor)")
 
 
 def _setup_overheads(rows: Sequence[PublishedRow], family: str) -> list[float]:
@@ -189,7 +175,7 @@ def _ladder(family: str, device_id: str, rows: Sequence[PublishedRow], *, exclud
                       tuple(f"set aside {s}: {checks[s].reason}" for s in aside))
     if cal.scope in ("module", "family") and flagged:
         pool = flagged if cal.scope == "family" else flagged & {
-            r.source for r in table if r.device in _module_devices(device_id)}
+            r.source for r in table if r.device in module_devices(device_id)}
         aside = sorted(pool | set(aside))
         cal = replace(cal, notes=(*cal.notes, *(f"set aside {s}: {checks[s].reason}"
                                                 for s in aside if s not in here)))
@@ -221,30 +207,46 @@ def _ladder_fit(family: str, device_id: str, table: Sequence[PublishedRow],
     if len(here) >= 2 and _sizes(here) >= 2:
         return calibrate_points([row_point(r) for r in here], engine_family=family,
                                 device_id=device_id, scope="device", source=source, notes=aside)
-    module = _module_rows(mine, device_id) if not here else []
+    return _across_modes(family, device_id, table, mine, here, overheads, aside)
+
+
+def _across_modes(family: str, device_id: str, table: Sequence[PublishedRow],
+                  mine: list[PublishedRow], here: list[PublishedRow], overheads: list[float],
+                  aside: tuple[str, ...]) -> Calibration:
+    """The ladder's scopes ``module`` and ``family``: rows of other modes or modules, each
+    against its own mode's floor with the compute ratio applied (``_mode_point``), and the
+    calibration carrying the ratio for the target's mode."""
+    source, ratio = "published table", compute_ratio(family, DEVICES[device_id].family)
+    module = module_rows(mine, device_id) if not here else []
     if len(module) >= 2 and _sizes(module) >= 2:
-        return calibrate_points([row_point(r) for r in module], engine_family=family,
-                                device_id=device_id, scope="module", source=source,
-                                notes=(_module_note(module, device_id), *aside))
-    if module and overheads:
-        return calibrate_points([row_point(r) for r in module], engine_family=family,
-                                device_id=device_id, scope="module", source=source,
-                                fixed_overhead_ms=statistics.median(overheads), quiet=True,
-                                notes=(_module_note(module, device_id), "overhead held at the "
-                                       f"median of the family's {len(overheads)} other setups",
-                                       *aside))
-    if len(mine) >= 2 and _sizes(mine) >= 2:
+        cal = calibrate_points([mode_point(r) for r in module], engine_family=family,
+                               device_id=device_id, scope="module", source=source,
+                               notes=(module_note(module, device_id), *aside))
+    elif module and overheads:
+        cal = calibrate_points([mode_point(r) for r in module], engine_family=family,
+                               device_id=device_id, scope="module", source=source,
+                               fixed_overhead_ms=statistics.median(overheads), quiet=True,
+                               notes=(module_note(module, device_id), "overhead held at the "
+                                      f"median of the family's {len(overheads)} other setups",
+                                      *aside))
+    elif len(mine) >= 2 and _sizes(mine) >= 2:
         devices = sorted({r.device for r in mine})
-        return calibrate_points(
-            [row_point(r) for r in mine], engine_family=family, device_id=device_id,
+        cal = calibrate_points(
+            [mode_point(r) for r in mine], engine_family=family, device_id=device_id,
             scope="family", source=source,
             notes=(f"no two model sizes of {family} on {device_id} in the table: fitted on "
                    f"{', '.join(devices)} (overhead assumed to carry over)", *aside))
-    have = sorted({r.engine_family for r in table})
-    raise CalibrationError(
-        f"the published table has too few {family} rows to fit a calibration (families with "
-        f"rows: {', '.join(have)}); calibrate from runs (robot-latency calibrate) and pass "
-        "--calibration")
+    else:
+        have = sorted({r.engine_family for r in table})
+        raise CalibrationError(
+            f"the published table has too few {family} rows to fit a calibration (families "
+            f"with rows: {', '.join(have)}); calibrate from runs (robot-latency calibrate) "
+            "and pass --calibration")
+    if not ratio:
+        return cal
+    return replace(cal, compute_ratio=ratio, notes=(
+        *cal.notes, f"decode compute ratio {ratio:.3g}: each floor is the slower of the bytes "
+        "at the bandwidth and the ratio x the FLOPs at its mode's peak"))
 
 
 def _with_prefill(cal: Calibration, table: Sequence[PublishedRow] | None,
@@ -354,8 +356,7 @@ def model_adjustment(engine_family: str, device_id: str, model_id: str, *,
             cal = _ladder(family, q.device, table, exclude=q.id, setup=q.setup)
         except CalibrationError:
             continue
-        logs.append(math.log(q.itl_ms / (row_point(q).floor_ms / cal.efficiency
-                                          + cal.overhead_ms)))
+        logs.append(math.log(q.itl_ms / predict_row(q, cal)))
         basis.append(q.id)
     factor = math.exp(statistics.fmean(logs)) if logs else 1.0
     return ModelAdjustment(key, factor, tuple(basis), source)
@@ -380,7 +381,7 @@ def _loo_predictions(
             continue
         adj = model_adjustment(row.engine_family, row.device, row.model, rows=table,
                                setup=row.setup, exclude=row.id)
-        pred = (row_point(row).floor_ms / cal.efficiency + cal.overhead_ms) * adj.factor
+        pred = predict_row(row, cal) * adj.factor
         notes = (*cal.notes, adj.note()) if adj.seen else cal.notes
         out[row.id] = (pred, cal.scope, "; ".join(n for n in notes if n), adj)
     return out
@@ -402,7 +403,7 @@ def _new_model_predictions(table: tuple[PublishedRow, ...]) -> dict[str, float]:
             cal = _ladder(row.engine_family, row.device, rest, exclude=None, setup=row.setup)
         except CalibrationError:
             continue
-        out[row.id] = row_point(row).floor_ms / cal.efficiency + cal.overhead_ms
+        out[row.id] = predict_row(row, cal)
     return out
 
 

@@ -267,7 +267,8 @@ def scale_to_file(model: ModelFacts, file_bytes: int) -> ModelFacts:
 
 @lru_cache(maxsize=1024)
 def row_point(row: PublishedRow) -> DecodePoint:
-    """Return the row as a decode point: its step time next to its bandwidth floor.
+    """Return the row as a decode point: its step time next to its bandwidth floor, and the
+    FLOPs of the step at its mode's peak beside them (``compute_ms``, for fits across modes).
 
     Raises:
         UnsupportedArchitectureError: the row's model is one the floor refuses.
@@ -275,7 +276,8 @@ def row_point(row: PublishedRow) -> DecodePoint:
     floor = predict_floor(row_facts(row), DEVICES[row.device],
                           context_tokens=row.context_tokens)
     return DecodePoint(label=row.id, device_id=row.device, model=row.model,
-                       floor_ms=floor.itl_floor_ms, measured_ms=row.itl_ms)
+                       floor_ms=floor.itl_floor_ms, measured_ms=row.itl_ms,
+                       compute_ms=floor.itl_compute_floor_ms or 0.0)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 ``predict_target`` puts a model on a device under an engine family's calibration::
 
-    itl_pred_ms  = itl_floor_ms / efficiency + overhead_ms
+    itl_pred_ms  = max(itl_floor_ms, compute_ratio * FLOPs at peak) / efficiency + overhead_ms
     ttft_pred_ms = compute_floor_ms / compute_efficiency + prefill_overhead_ms
 
 where ``itl_floor_ms`` is the bandwidth floor (bytes per step / bandwidth) and
@@ -77,6 +77,9 @@ class TargetPrediction:
     ttft_pred_interval_ms: tuple[float, float] | None = None
     prefill_calibrated: bool = False
     prefill_status: str = ""
+    #: ``compute`` where the mode's compute (``compute_ratio`` x FLOPs at its peak) sets the
+    #: prediction's floor, ``bandwidth`` where the bytes do
+    decode_bound: str = "bandwidth"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (intervals as ``[lo, hi]``)."""
@@ -122,7 +125,8 @@ def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
     uncached = None if prompt_tokens is None else max(0, prompt_tokens - cached_prefix_tokens)
     floor = predict_floor(model, device, context_tokens=context_tokens,
                           prompt_tokens=uncached if device.peak_flops else None)
-    itl = floor.itl_floor_ms / cal.efficiency + cal.overhead_ms
+    itl = (cal.decode_floor_ms(floor.itl_floor_ms, floor.itl_compute_floor_ms) / cal.efficiency
+           + cal.overhead_ms)
     lo = max(floor.itl_floor_ms, itl * (1.0 + cal.interval_rel[0]))
     hi = itl * (1.0 + cal.interval_rel[1])
     ttft: float | None = None
@@ -145,7 +149,10 @@ def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
         overhead_ms=cal.overhead_ms, compute_efficiency=cal.compute_efficiency,
         prefill_overhead_ms=cal.prefill_overhead_ms, calibration=cal.describe(),
         ttft_floor_ms=ttft_floor_ms, ttft_pred_interval_ms=ttft_interval,
-        prefill_calibrated=cal.prefill_calibrated, prefill_status=cal.prefill_status)
+        prefill_calibrated=cal.prefill_calibrated, prefill_status=cal.prefill_status,
+        decode_bound=("compute" if cal.decode_floor_ms(floor.itl_floor_ms,
+                                                       floor.itl_compute_floor_ms)
+                      > floor.itl_floor_ms else floor.decode_bound))
 
 
 def adjust_for_model(pred: TargetPrediction, cal: Calibration,

@@ -91,6 +91,8 @@ class PlannerRun:
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
         self.telemetry = self._make_telemetry()
+        self.energy = self._make_energy_meter(clock)
+        self._energy_end_ns: int | None = None
         self.loop = PlannerLoop(config.settings, self.runner, publish=publish, sink=self._write,
                                 clock=clock, sleep_until=sleep_until, planning=self.planning,
                                 run_id=self.log_dir.name + "-" + str(os.getpid()))
@@ -169,6 +171,27 @@ class PlannerRun:
             return None
         return telemetry_reader()
 
+    def _make_energy_meter(self, clock: Clock) -> Any:
+        """The input-power meter on a Jetson (robot_latency.telemetry.energy), else None."""
+        if self.telemetry is None:
+            return None
+        from robot_latency.telemetry.energy import EnergyMeter, find_power_input
+
+        inp = find_power_input(Path("/"))
+        return None if inp is None else EnergyMeter(inp, clock=clock).start()
+
+    def _measure_energy(self, rec: CycleRecord) -> None:
+        from robot_latency.telemetry.energy import cycle_energy
+
+        if self.energy is not None and rec.published_ns is not None:
+            self.energy.sample()  # a reading past the publish closes the window
+        fields = cycle_energy(self.energy, rec, self._energy_end_ns)
+        rec.energy_mj = fields["energy_mj"]
+        rec.energy_phases_mj = fields["energy_phases_mj"]
+        rec.energy_source = fields["energy_source"]
+        if rec.published_ns is not None:
+            self._energy_end_ns = rec.published_ns
+
     # --- per cycle ---------------------------------------------------------------------------
     def _write(self, rec: CycleRecord) -> None:
         """Enrich a record (correctness, floor, CPU, RSS, telemetry) after its plan is out, then
@@ -201,6 +224,7 @@ class PlannerRun:
         if self.telemetry is not None:
             t = self.telemetry.read()
             rec.telemetry = t.to_dict() if t is not None else None
+        self._measure_energy(rec)
         self.sink.write(rec)
         if self.on_record is not None:
             # After the record is on disk; a failing consumer never reaches the loop.
@@ -267,6 +291,8 @@ class PlannerRun:
         if self._thread_before is not None:
             restore_thread(self._thread_before)  # a sweep's next run starts unpinned
         self.sink.close()
+        if self.energy is not None:
+            self.energy.close()
         if self.owns_runner:
             close_runner(self.runner)
         try:

@@ -44,7 +44,7 @@ from robot_latency.report.target import (
     target_section,
 )
 from robot_latency.report.target_answer import CURVE_PLOT, plot_deadline_curve
-from robot_latency.stats import P99_MIN_SAMPLES
+from robot_latency.stats import P99_MIN_SAMPLES, energy_per_plan
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,21 @@ def _diagnosis_section(run: RunData, diag: Diagnosis) -> list[str]:
     return lines
 
 
+def _energy_lines(runs: Sequence[RunData]) -> list[str]:
+    """J per plan, measured (the input rail integrated from one publish to the next), per run;
+    ``not measured`` where no rail was readable, never 0."""
+    lines = ["Energy per plan, measured (the module's input power integrated from the previous "
+             "plan's publish to this one's):", ""]
+    for run in runs:
+        e = energy_per_plan(run.records)
+        if e.get("n"):
+            lines.append(f"- {run.label}: {e['p50']:.3f} J per plan (p50; p90 {e['p90']:.3f}, "
+                         f"{e['n']} plans, {e['total_j']:.1f} J in all; {e['source']})")
+        else:
+            lines.append(f"- {run.label}: {e['source']}")
+    return [*lines, ""]
+
+
 def render_report(runs: Sequence[RunData], table_md: str,
                   plots: dict[str, Path | None], diagnoses: Sequence[Diagnosis],
                   edges: Sequence[EdgeComparison] = (), reference_note: str = "",
@@ -203,6 +218,7 @@ def render_report(runs: Sequence[RunData], table_md: str,
               "model miss). Floor efficiency = host ITL floor / measured "
               "ITL p50. Data: [comparison.csv](comparison.csv), "
               "[comparison.json](comparison.json).", ""]
+    lines += _energy_lines(runs)
     lines += edge_section(edges)
     lines += ["## Plots", ""]
     for name, path in plots.items():

@@ -41,7 +41,7 @@ DETECTION_CASES = {
         module="p3701-0000",
         power_mode="30W",
         power_mode_id=2,
-        device_id="orin-agx-32gb",
+        device_id="orin-agx-32gb-30w",  # every nvpmodel mode has its own datasheet
     ),
     "orin-nano-8gb-super": JetsonInfo(
         model_string="NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
@@ -149,7 +149,7 @@ def test_development_module_with_64gb_memory_maps_to_64gb(tmp_path: Path) -> Non
     (root / "proc/meminfo").write_text("MemTotal:       64335836 kB\n")
     info = detect_jetson(root)
     assert info is not None
-    assert info.device_id == "orin-agx-64gb"
+    assert info.device_id == "orin-agx-64gb-30w"  # the fixture runs MODE_30W
 
 
 def test_memory_splits_modules_when_part_number_absent(tmp_path: Path) -> None:

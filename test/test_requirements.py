@@ -18,8 +18,9 @@ REQS = ROOT / "requirements"
 ROSDEP_KEYS = {"numpy": "python3-numpy", "psutil": "python3-psutil", "pyyaml": "python3-yaml",
                "matplotlib": "python3-matplotlib", "tqdm": "python3-tqdm",
                "rosbags": "python3-rosbags-pip"}
-#: Runtime dependencies without a usable rosdep key: pip (requirements/jetson.txt), named in the
-#: docs/INSTALL.md. (python3-jsonschema exists, but Ubuntu 22.04's is 3.2, older than the tested 4.26.)
+#: Runtime dependencies without a usable rosdep key: pip (requirements/jetson.txt), named in
+#: docs/INSTALL.md. (python3-jsonschema exists, but Ubuntu 22.04's is 3.2, older than the tested
+#: 4.26.)
 NO_ROSDEP_KEY = {"gguf", "onnx", "jsonschema"}
 #: Older in compat.txt than in base.txt: the point of the compatibility venv.
 OLDEST = {"numpy", "matplotlib"}

@@ -4,8 +4,8 @@
 from its install space.
 
 ``launch`` and ``launch_ros`` are not on any package registry reachable here; their pure-Python
-source is in ../shared/vendor/ros2_launch (see its README, and docs/ROS.md). Without that folder these tests skip
-and say so.
+source is in ../shared/vendor/ros2_launch (see its README, and docs/ROS.md, "Launch files in
+tests"). Without that folder these tests skip and say so.
 """
 
 from __future__ import annotations

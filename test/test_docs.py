@@ -29,6 +29,8 @@ import pytest
 import yaml
 
 from robot_latency.cli import build_parser, main
+from robot_latency.cli.launch import launch_arguments as launch_arguments_of
+from robot_latency.launcher import LaunchError, plan_launch
 from robot_latency.ros.params import PLANNER_NAMES
 from robot_latency.ros.replayer_params import REPLAYER_NAMES
 
@@ -179,7 +181,8 @@ def simple_commands(text: str) -> list[list[str]]:
 
 
 def parse_cli(argv: list[str], where: str) -> argparse.Namespace:
-    """Parse ``robot-latency`` arguments with the command's own parser, without running."""
+    """Parse ``robot-latency`` arguments with the command's own parser, without running; a
+    ``launch`` line's arguments are also checked against its launch file."""
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)
@@ -187,6 +190,11 @@ def parse_cli(argv: list[str], where: str) -> argparse.Namespace:
         raise AssertionError(f"{where}: robot-latency {' '.join(argv)}: argparse refused it "
                              f"(exit {exit_.code})") from None
     assert not unknown, f"{where}: robot-latency {' '.join(argv)}: unknown arguments {unknown}"
+    if args.command == "launch":
+        try:
+            plan_launch(args.name, launch_arguments_of(args))
+        except LaunchError as err:
+            raise AssertionError(f"{where}: {err}") from None
     return args
 
 

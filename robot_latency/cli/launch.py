@@ -8,7 +8,7 @@ from robot_latency.cli.common import echo
 from robot_latency.errors import RobotLatencyError
 
 
-def _arguments(args: argparse.Namespace) -> dict[str, str]:
+def launch_arguments(args: argparse.Namespace) -> dict[str, str]:
     """Return the launch arguments (``name:=value``) as a mapping; ``--params-file F`` is
     ``params_file:=F``. Options may also follow the launch's name, as in ``ros2 launch``."""
     out: dict[str, str] = {}
@@ -40,7 +40,7 @@ def _arguments(args: argparse.Namespace) -> dict[str, str]:
 def cmd_launch(args: argparse.Namespace) -> int:
     from robot_latency.launcher import plan_launch, run_launch
 
-    processes = plan_launch(args.name, _arguments(args))
+    processes = plan_launch(args.name, launch_arguments(args))
     if args.dry_run:
         for process in processes:
             echo(" ".join(process.argv))

@@ -1,9 +1,9 @@
 """Start what a launch file in launch/ starts, where ROS 2's ``launch`` is not installed.
 
-No package registry ships ``launch``, ``launch_ros`` or ``ros2cli`` as wheels, so the venv that
-``make`` builds (rclpy and the messages from pip wheels) cannot ``ros2 launch``. ``robot-latency
-launch NAME [--params-file F] [name:=value ...]`` starts the same nodes, the console scripts the
-launch file names, with the same parameters:
+No package registry reachable here ships ``launch``, ``launch_ros`` or ``ros2cli`` as wheels, so
+the venv that ``make`` builds (rclpy and the messages from pip wheels) cannot ``ros2 launch``.
+``robot-latency launch NAME [--params-file F] [name:=value ...]`` starts the same nodes, the
+console scripts the launch file names, with the same parameters:
 
 - ``planner``: ``planner_node`` (``managed:=true``: ``managed_planner_node``, configured and
   activated once it is up when ``autostart`` is true, as the launch file's event handlers do);

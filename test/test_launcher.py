@@ -94,10 +94,10 @@ def test_the_command_names_a_bad_argument() -> None:
     assert "Traceback" not in done.stderr
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 120.0) -> None:
+def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:  # type: ignore[type-arg]
     end = time.monotonic() + timeout_s
     while not path.exists():
-        assert proc.poll() is None, f"the launch ended early:\n{proc.communicate()[0][-3000:]}"
+        assert proc.poll() is None, f"the launch ended early (status {proc.returncode})"
         assert time.monotonic() < end, f"no {path} in {timeout_s} s"
         time.sleep(0.2)
 
@@ -139,3 +139,21 @@ def test_the_replay_launch_ends_when_the_replay_does(tmp_path: Path) -> None:
     records = read_records(run_dir / "cycles.jsonl")
     assert json.loads((run_dir / "summary.json").read_text())["cycles"] == len(records)
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "finished"
+
+
+def test_a_killed_launcher_takes_its_nodes_with_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launcher = subprocess.Popen([*CLI, "launch", "planner", "engine:=sim", f"log_dir:={run_dir}"],
+                                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(run_dir / "manifest.json", launcher)
+        children = psutil.Process(launcher.pid).children(recursive=True)
+        launcher.kill()  # no handler runs: the kernel's parent-death signal ends the nodes
+        launcher.wait()
+        _gone, alive = psutil.wait_procs(children, timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert not alive, f"still running after the launcher was killed: {alive}"
+    assert (run_dir / "summary.json").exists()  # SIGTERM: the node closed its run

@@ -136,14 +136,17 @@ def plan_launch(name: str, arguments: Mapping[str, str], *, folder: Path | None 
     if unknown:
         raise LaunchError(f"{path.name} declares no argument {', '.join(unknown)}; it declares "
                           f"{', '.join(sorted(declared_arguments(path)))}")
+    params_file = arguments.get("params_file", "")
+    if params_file and not Path(params_file).expanduser().is_file():
+        raise LaunchError(f"params_file {params_file}: no such file")
     planner_tables = _tables(folder / LAUNCHES["planner"])
     planner_params = {k: v for k, v in arguments.items()
                       if k in planner_tables["PLANNER_PARAMETERS"] and v != ""}
     managed = _is_true("managed", arguments.get("managed", "false"))
     autostart = _is_true("autostart", arguments.get("autostart", "true") or "true")
     executable = "managed_planner_node" if managed else "planner_node"
-    processes = [NodeProcess(executable, (_bin(executable), *_ros_args(
-        arguments.get("params_file", ""), planner_params)))]
+    processes = [NodeProcess(executable, (_bin(executable), *_ros_args(params_file,
+                                                                       planner_params)))]
     if managed and autostart:
         processes.append(NodeProcess("lifecycle_autostart", (
             sys.executable, "-m", "robot_latency.ros.lifecycle_autostart", "/planner_node"),

@@ -79,6 +79,7 @@ def test_replay_starts_the_planner_and_the_replayer_which_ends_it() -> None:
     ("nope", {}, "unknown launch 'nope'"),
     ("planner", {"bag": "b"}, "declares no argument bag"),
     ("planner", {"managed": "maybe"}, "managed:='maybe': must be true or false"),
+    ("replay", {"params_file": "/nonexistent.yaml"}, "params_file /nonexistent.yaml: no such"),
 ])
 def test_bad_launches_are_one_line_errors(name: str, arguments: dict[str, str],
                                           message: str) -> None:
@@ -102,11 +103,13 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> N
         time.sleep(0.2)
 
 
-def test_sigterm_stops_every_node_and_closes_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("managed", ["false", "true"])
+def test_sigterm_stops_every_node_and_closes_the_run(managed: str, tmp_path: Path) -> None:
+    # managed:=true: the run opens only once the node was configured and activated (autostart)
     run_dir = tmp_path / "run"
-    launcher = subprocess.Popen([*CLI, "launch", "planner", "engine:=sim", "mode:=event",
-                                 f"log_dir:={run_dir}"], env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+    launcher = subprocess.Popen([*CLI, "launch", "planner", f"managed:={managed}", "engine:=sim",
+                                 "mode:=event", f"log_dir:={run_dir}"], env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for(run_dir / "manifest.json", launcher)
         children = psutil.Process(launcher.pid).children(recursive=True)

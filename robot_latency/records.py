@@ -96,6 +96,10 @@ class CycleRecord:
     ``command_sent_ns`` is when the sender sent the command, where it stamped the send on this
     clock (a tagged command from the client edge): the first cycle's ``scheduled_ns`` (and so
     its deadline) is then that send, not ``command_arrival_ns`` nor the tick (periodic mode).
+
+    ``data_ns`` is when the data the cycle answers was taken, the stamp its plan carries: the
+    command's send where stamped, else its arrival (re-plans of the same command too), else (no
+    command) the scheduled start. None in records written before it existed.
     """
 
     run_id: str
@@ -137,6 +141,7 @@ class CycleRecord:
     plan_correct: bool | None = None
     label_kind: str | None = None
     fallback_correct: dict[str, bool] | None = None
+    data_ns: int | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:

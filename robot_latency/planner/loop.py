@@ -94,8 +94,7 @@ class PlannerLoop:
         clock: the one clock (ns).
         planning: the planner profile, loaded once by the builder (prompt, output contract,
             fallback pieces).
-        run_id: identifies this run in every record.
-        floor: floor predictions copied into every record (host and target).
+        run_id, floor: the run's id and floor predictions (host, target), in every record.
     """
 
     def __init__(self, config: RunSettings, runner: Runner, *, publish: Publisher,
@@ -194,6 +193,7 @@ class PlannerLoop:
                           floor=self.floor, margin_ns=margin)
         if first_for_command and command is not None:
             rec.command_sent_ns = command.sent_ns
+        rec.data_ns = command.stamp_ns if command is not None else scheduled_ns  # plan's stamp
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
@@ -247,7 +247,7 @@ class PlannerLoop:
             "fallback_reason": rec.fallback_reason, "plan": plan,
             "deadline_met": published <= deadline, "cycle_ms": (published - scheduled_ns) / 1e6,
             "deadline_ms": budget_ns / 1e6, "margin_ms": margin / 1e6,
-            "tokens_out": rec.tokens_out,
+            "tokens_out": rec.tokens_out, "data_ns": rec.data_ns, "published_ns": published,
         }
         try:
             self.publish(envelope)

@@ -38,6 +38,12 @@ class InboundCommand:
         arrival."""
         return self.arrival_ns if self.sent_ns is None else min(self.sent_ns, self.arrival_ns)
 
+    @property
+    def stamp_ns(self) -> int:
+        """When the command was taken, the stamp a plan answering it carries: its send where
+        the sender stamped it on this clock, else its arrival."""
+        return self.arrival_ns if self.sent_ns is None else self.sent_ns
+
 
 class Mailbox:
     """A bounded, thread-safe mailbox where the newest command wins.

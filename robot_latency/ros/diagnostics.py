@@ -44,6 +44,9 @@ class DiagnosticThresholds:
         itl_p99_warn_ms: inter-token gap p99 (ms) at or above which the level is WARN; 0: off.
         itl_p99_error_ms: ... ERROR; 0: off.
         diagnostics_window: number of newest cycles the figures are computed over.
+        plan_expected_hz: the plan topic's expected rate for monitors (greenwave's
+            ``expected_frequency``); 0: one plan per period in periodic mode, none in event mode.
+        plan_rate_tolerance_percent: how far (%) the plan rate may stray from it before WARN.
     """
 
     miss_rate_warn: float = 0.01
@@ -53,6 +56,8 @@ class DiagnosticThresholds:
     itl_p99_warn_ms: float = 0.0
     itl_p99_error_ms: float = 0.0
     diagnostics_window: int = 200
+    plan_expected_hz: float = 0.0
+    plan_rate_tolerance_percent: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("miss_rate_warn", "miss_rate_error"):
@@ -70,6 +75,10 @@ class DiagnosticThresholds:
             w, e = getattr(self, warn), getattr(self, error)
             if w and e and w > e:
                 raise DiagnosticsError(warn, f"{w!r}: must not exceed {error}={e!r}")
+        if self.plan_expected_hz < 0 or self.plan_rate_tolerance_percent < 0:
+            name = "plan_expected_hz" if self.plan_expected_hz < 0 \
+                else "plan_rate_tolerance_percent"
+            raise DiagnosticsError(name, f"{getattr(self, name)!r}: must be >= 0")
         if self.diagnostics_window < 1:
             raise DiagnosticsError("diagnostics_window", f"{self.diagnostics_window!r}: "
                                    "must be >= 1")
@@ -212,3 +221,41 @@ class DiagnosticsTracker:
             return StatusReport("mailbox", WARN,
                                 f"{new_drops} commands dropped by a full mailbox", values)
         return StatusReport("mailbox", OK, "no commands dropped", values)
+
+
+def _rate_hz(times_ns: Sequence[int]) -> float | None:
+    """Messages per second over the span of ``times_ns`` (None with fewer than two)."""
+    if len(times_ns) < 2 or times_ns[-1] <= times_ns[0]:
+        return None
+    return (len(times_ns) - 1) * 1e9 / (times_ns[-1] - times_ns[0])
+
+
+def plan_topic_report(records: Sequence[CycleRecord], t: DiagnosticThresholds, *, topic: str,
+                      period_ms: float, mode: str) -> StatusReport:
+    """The plan topic's status under greenwave_monitor's keys (Isaac ROS NITROS's convention),
+    named by the topic itself, so topic-rate dashboards show the planner beside the sensors.
+
+    ``frame_rate_node``: plans per second by their publish; ``frame_rate_msg``: by their header
+    stamps (the commands they answer); ``current_delay_from_realtime_ms``: the newest plan's
+    publish minus its stamp (its reaction time on the node's side); ``expected_frequency`` and
+    ``tolerance`` (%); ``total_dropped_frames``: cycles in the window that published no plan.
+    """
+    published = [r for r in records if r.published_ns is not None and not r.skipped]
+    node_hz = _rate_hz([r.published_ns for r in published if r.published_ns is not None])
+    msg_hz = _rate_hz(sorted({r.data_ns for r in published if r.data_ns is not None}))
+    newest = published[-1] if published else None
+    delay_ms = None if newest is None or newest.published_ns is None or newest.data_ns is None \
+        else (newest.published_ns - newest.data_ns) / 1e6
+    expected = t.plan_expected_hz or (1000.0 / period_ms if mode == "periodic" and period_ms
+                                      else 0.0)
+    values = {"frame_rate_node": _fmt(node_hz), "frame_rate_msg": _fmt(msg_hz),
+              "current_delay_from_realtime_ms": _fmt(delay_ms),
+              "expected_frequency": _fmt(expected),
+              "tolerance": _fmt(t.plan_rate_tolerance_percent),
+              "total_dropped_frames": str(len(records) - len(published))}
+    if node_hz is None:
+        return StatusReport(topic, OK, "no plan rate yet", values)
+    if expected and abs(node_hz - expected) > expected * t.plan_rate_tolerance_percent / 100:
+        return StatusReport(topic, WARN, f"plan rate {node_hz:.2f} Hz, expected {expected:.2f} "
+                            f"Hz +/- {t.plan_rate_tolerance_percent:g}%", values)
+    return StatusReport(topic, OK, f"plan rate {node_hz:.2f} Hz", values)

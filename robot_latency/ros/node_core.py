@@ -16,10 +16,8 @@ map their own life to its steps:
     close_run()           close()                     on_deactivate, on_shutdown
     unconfigure()         (process exit)              on_cleanup, on_shutdown
 
-A step that fails raises :class:`NodeStepError` (its message and the exit status); the node
-reports it (log and an ERROR on ``/diagnostics``, :meth:`PlannerCore.report_error`) in its own
-words. Only rclpy API that Humble has is used (no parameter client, no pre/post set-parameter
-callbacks, no timer autostart).
+A failed step raises :class:`NodeStepError` (message, exit status); the node reports it (log,
+ERROR on ``/diagnostics``) in its own words. Only rclpy API that Humble has is used.
 """
 
 from __future__ import annotations
@@ -42,12 +40,14 @@ from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.client_edge import monotonic_clock_id, read_command
+from robot_latency.ros.cycle_stats import ClockBridge, CycleOutputs
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import (
     CycleWindow,
     DiagnosticsTracker,
     DiagnosticThresholds,
     StatusReport,
+    plan_topic_report,
 )
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.loopback import TransportProbe
@@ -64,7 +64,7 @@ from robot_latency.ros.plan_outputs import PlanOutputs, plan_qos  # noqa: F401  
 from robot_latency.ros.standing_errors import StandingErrors
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
-    CYCLE_TOPIC,
+    CYCLE_STATS_TOPIC,
     DIAGNOSTICS_TOPIC,
     PLAN_ACTION,
     PLAN_TOPIC,
@@ -131,7 +131,7 @@ class PlannerCore:
         #: the newest robot state text received (kept while no run is open)
         self.state_text: str | None = None
         self.outputs: PlanOutputs | None = None
-        self._cycle_pub: Any = None
+        self._cycle_out: CycleOutputs | None = None
         self._subs: list[Any] = []
         self._diag_timer: Any = None
         #: ERROR statuses repeated until cleared (a failed start-up or transition)
@@ -221,11 +221,11 @@ class PlannerCore:
         self.thresholds = settings.diagnostics
         self.window = CycleWindow(settings.diagnostics.diagnostics_window)
         self.tracker = DiagnosticsTracker(deadline_ms=cfg.settings.deadline_ms)
-        self.outputs = PlanOutputs(self.node, self._create_pub, cfg.settings,
+        clocks = ClockBridge(lambda: self.node.get_clock().now().nanoseconds)
+        self.outputs = PlanOutputs(self.node, self._create_pub, cfg.settings, clocks,
                                    plan_json=settings.plan_json, driver=lambda: self.driver,
                                    on_handoff=self._on_result_handoff)
-        self._cycle_pub = self._create_pub(
-            String, CYCLE_TOPIC, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        self._cycle_out = CycleOutputs(self._create_pub, clocks, cycle_json=settings.cycle_json)
         self._subs = [
             self.node.create_subscription(
                 String, COMMAND_TOPIC, self._on_command,
@@ -251,13 +251,13 @@ class PlannerCore:
             self.runner = None
         if self.outputs is not None:
             self.outputs.destroy(self._destroy_pub)
-        if self._cycle_pub is not None:
-            self._destroy_pub(self._cycle_pub)
+        if self._cycle_out is not None:
+            self._cycle_out.destroy(self._destroy_pub)
         for sub in self._subs:
             self.node.destroy_subscription(sub)
         if self.probe is not None:
             self.probe.destroy()
-        self.outputs = self._cycle_pub = self.probe = self.transport = None
+        self.outputs = self._cycle_out = self.probe = self.transport = None
         self._subs = []
         self.settings = self.values = self.thresholds = None
 
@@ -331,7 +331,7 @@ class PlannerCore:
         """Return where the node listens and publishes, names resolved (for a log line)."""
         name = self.node.resolve_topic_name
         return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), "
-                f"out {name(PLAN_TOPIC)}, {name(CYCLE_TOPIC)}; action "
+                f"out {name(PLAN_TOPIC)}, {name(CYCLE_STATS_TOPIC)}; action "
                 f"{self.node.resolve_topic_name(PLAN_ACTION)}")
 
     def _on_command(self, msg: String) -> None:
@@ -372,7 +372,8 @@ class PlannerCore:
         if self.outputs is not None:
             self.outputs.actions.cycle_recorded(rec.command_id, rec.fallback_reason,
                                                 rec.published_ns is not None)
-        self._cycle_pub.publish(String(data=rec.to_json()))
+        if self._cycle_out is not None:
+            self._cycle_out.publish(rec, self.driver.run.clock if self.driver else None)
 
     # --- diagnostics -------------------------------------------------------------------------
     def start_diagnostics(self) -> None:
@@ -392,15 +393,16 @@ class PlannerCore:
         driver, window, tracker = self.driver, self.window, self.tracker
         if driver is None or window is None or tracker is None or self.thresholds is None:
             return None
-        reports = tracker.evaluate(window.snapshot(), self.thresholds,
-                                   engine=driver.engine_state(),
+        records, loop = window.snapshot(), driver.run.config.settings
+        reports = tracker.evaluate(records, self.thresholds, engine=driver.engine_state(),
                                    mailbox=driver.loop.mailbox.counters())
         reports[0].values["cycles_total"] = str(window.total)
-        return reports
+        return [*reports, plan_topic_report(records, self.thresholds, mode=loop.mode,
+                                            topic=self.node.resolve_topic_name(PLAN_TOPIC),
+                                            period_ms=loop.period_ms)]
 
     def publish_diagnostics(self) -> None:
-        reports = self.reports()
-        if reports is not None:
+        if (reports := self.reports()) is not None:
             self._diag_pub.publish(self._array(reports))
 
     def report_error(self, name: str, message: str) -> None:
@@ -425,8 +427,8 @@ class PlannerCore:
         array.header.stamp = self.node.get_clock().now().to_msg()
         hardware_id = self.settings.run.target_device if self.settings is not None else ""
         for r in reports:
-            status = DiagnosticStatus(level=bytes([r.level]),
-                                      name=f"{self.node.get_name()}: {r.name}",
+            name = r.name if r.name.startswith("/") else f"{self.node.get_name()}: {r.name}"
+            status = DiagnosticStatus(level=bytes([r.level]), name=name,
                                       message=r.message, hardware_id=hardware_id)
             status.values = [KeyValue(key=k, value=v) for k, v in r.values.items()]
             array.status.append(status)

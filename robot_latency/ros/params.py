@@ -149,6 +149,13 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("diagnostics_window", _DT.diagnostics_window, "integer",
           "newest cycles the diagnostics figures are computed over", low=1, high=1_000_000,
           runtime=True),
+    _spec("plan_expected_hz", _DT.plan_expected_hz, "double",
+          "the plan topic's expected rate for topic monitors (greenwave's expected_frequency, "
+          "Hz); 0: one plan per period_ms in periodic mode, none in event mode",
+          low=0.0, high=10_000.0, runtime=True),
+    _spec("plan_rate_tolerance_percent", _DT.plan_rate_tolerance_percent, "double",
+          "how far the plan rate may stray from plan_expected_hz before the plan topic's "
+          "status is WARN (%)", low=0.0, high=1000.0, runtime=True),
     _spec("diagnostics_period_s", 1.0, "double", "how often /diagnostics is published (s)",
           low=0.05, high=3600.0, runtime=True),
     _spec("on_new_command", _PC.on_new_command, "string",
@@ -178,6 +185,9 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("plan_json", True, "bool",
           "also publish each plan as the JSON envelope (std_msgs/String) on planner/plan_json, "
           "what planner/plan carried before the typed Plan; kept for one release"),
+    _spec("cycle_json", True, "bool",
+          "also publish each cycle record as JSON (std_msgs/String) on planner/cycle, beside the "
+          "typed planner/cycle_stats; kept for one release"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -199,6 +209,7 @@ class PlannerSettings:
         diagnostics_period_s: how often /diagnostics is published.
         max_cycles: stop after this many cycles; 0: until stopped.
         plan_json: also publish the JSON plan envelope on planner/plan_json.
+        cycle_json: also publish each cycle record as JSON on planner/cycle.
         values: the typed parameter values the settings were built from.
         notes: things worth a log line (ignored options, defaults chosen).
     """
@@ -210,6 +221,7 @@ class PlannerSettings:
     values: dict[str, Any]
     notes: tuple[str, ...] = ()
     plan_json: bool = True
+    cycle_json: bool = True
 
 
 def resolve_device(device: str, *, sysfs_root: Path = Path("/"),
@@ -286,6 +298,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
     return PlannerSettings(run=run, diagnostics=diagnostics,
                            diagnostics_period_s=v["diagnostics_period_s"],
                            max_cycles=v["max_cycles"], values=v, plan_json=v["plan_json"],
+                           cycle_json=v["cycle_json"],
                            notes=tuple(notes) + _old_spellings(device_param))
 
 

@@ -48,18 +48,21 @@ def plan_steps(plan: Any) -> list[PlanStep]:
     return out
 
 
-def typed_plan(envelope: Mapping[str, Any], *, stamp: Time, contract_kind: str) -> Plan:
+def typed_plan(envelope: Mapping[str, Any], *, stamp: Time, contract_kind: str,
+               published: Time | None = None) -> Plan:
     """Return the Plan for a plan envelope as the topic carries it, stamped ``stamp`` (the
-    publish time). A refusal (``outcome: refused``) has no steps and ``plan_json`` null; what
-    refused is in ``refusal_json``.
+    data's: the command it answers). A refusal (``outcome: refused``) has no steps and
+    ``plan_json`` null; what refused is in ``refusal_json``.
 
     Args:
         envelope: the loop's plan envelope.
-        stamp: the header stamp (the node's ROS clock when it publishes).
+        stamp: the header stamp: the command's send (or arrival) on the node's ROS clock.
         contract_kind: the planner profile's output contract kind; ``actions`` fills ``steps``.
+        published: when the node publishes it, on its ROS clock (default: ``stamp``).
     """
     msg = Plan()
     msg.header.stamp = stamp
+    msg.published = published if published is not None else stamp
     cycle = envelope.get("cycle")
     msg.cycle = cycle if isinstance(cycle, int) else -1
     msg.command_id = str(envelope.get("command_id") or "")
@@ -86,6 +89,7 @@ def no_plan(command_id: str, reason: str, *, stamp: Time) -> Plan:
     msg = Plan(command_id=command_id, source="none", fallback_reason=reason,
                plan_json="null", cycle=-1, outcome="none")
     msg.header.stamp = stamp
+    msg.published = stamp
     return msg
 
 

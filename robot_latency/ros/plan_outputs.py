@@ -2,8 +2,9 @@
 
 One place for the three ways out of a plan envelope the loop publishes:
 
-    planner/plan           robot_latency_interfaces/msg/Plan, one per cycle (header stamped at
-                           publish); QoS: reliable, in periodic mode a deadline of one period
+    planner/plan           robot_latency_interfaces/msg/Plan, one per cycle (header stamped
+                           with the command it answers; ``published``: the publish); QoS:
+                           reliable, in periodic mode a deadline of one period
     planner/plan_json      std_msgs/String, the JSON envelope, as planner/plan carried before;
                            while the ``plan_json`` parameter is true (this release's default)
     planner/plan_command   the PlanCommand action: a goal's result is the first plan for it
@@ -26,6 +27,7 @@ from std_msgs.msg import String
 
 from robot_latency.planner.config import RunSettings
 from robot_latency.ros.action_server import PlanActionServer
+from robot_latency.ros.cycle_stats import ClockBridge, time_msg
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.plan_msg import typed_plan
 from robot_latency.ros.topics import PLAN_JSON_TOPIC, PLAN_TOPIC, plan_message
@@ -54,15 +56,18 @@ class PlanOutputs:
         node: the planner node.
         create_publisher: its publisher factory (a lifecycle node's lifecycle one).
         planner: the run's settings (the plan QoS).
+        clocks: moves the plans' stamps onto the ROS clock.
         plan_json: also publish the JSON envelope on ``planner/plan_json``.
         driver: returns the open run's driver (None: not running; goals are rejected).
         on_handoff: a goal result's handoff time (ns), for the transport margin.
     """
 
     def __init__(self, node: Node, create_publisher: Callable[..., Any], planner: RunSettings,
-                 *, plan_json: bool, driver: Callable[[], PlannerDriver | None],
+                 clocks: ClockBridge, *, plan_json: bool,
+                 driver: Callable[[], PlannerDriver | None],
                  on_handoff: Callable[[int], None] | None = None) -> None:
         self.node = node
+        self.clocks = clocks
         self._driver = driver
         qos = plan_qos(planner)
         self._plan_pub = create_publisher(Plan, PLAN_TOPIC, qos)
@@ -74,7 +79,14 @@ class PlanOutputs:
         driver = self._driver()
         kind = driver.run.planning.contract.kind if driver is not None else ""
         envelope = plan_message(dict(envelope))  # a refusal is its own outcome, never a motion
-        msg = typed_plan(envelope, stamp=self.node.get_clock().now().to_msg(),
+        # The header carries the data's stamp (the command's send or arrival, on the loop's
+        # clock) moved onto the ROS clock; the publish time has a field of its own.
+        loop_clock = driver.run.clock if driver is not None else None
+        data_ns, published_ns = envelope.get("data_ns"), envelope.get("published_ns")
+        stamp_ns = self.clocks.ros_ns(data_ns if isinstance(data_ns, int) else None, loop_clock)
+        published_ns = self.clocks.ros_ns(
+            published_ns if isinstance(published_ns, int) else None, loop_clock)
+        msg = typed_plan(envelope, stamp=time_msg(stamp_ns), published=time_msg(published_ns),
                          contract_kind=kind)
         command_id = envelope.get("command_id")
         # the goal's result first: its executor hand-off runs while the topics are published

@@ -27,8 +27,12 @@ PLAN_JSON_TOPIC = "planner/plan_json"
 #: the action a caller asks for one plan through: a goal per command, feedback while it is
 #: planned, its plan as the result, a cancel (robot_latency_interfaces/action/PlanCommand).
 PLAN_ACTION = "planner/plan_command"
-#: out: the cycle's CycleRecord as JSON.
+#: out: the cycle's CycleRecord as JSON (while the ``cycle_json`` parameter is true, this
+#: release's default).
 CYCLE_TOPIC = "planner/cycle"
+#: out: the cycle's figures as typed numbers (robot_latency_interfaces/msg/CycleStats), one per
+#: cycle, stamped with the command the cycle answered.
+CYCLE_STATS_TOPIC = "planner/cycle_stats"
 #: out and in: the node's loopback pings at start-up (only while the transport margin is
 #: measured, ``transport_margin_ms < 0``).
 PROBE_TOPIC = "planner/latency_probe"
@@ -50,6 +54,7 @@ class Endpoint:
 
 _STRING, _DIAG = "std_msgs/msg/String", "diagnostic_msgs/msg/DiagnosticArray"
 PLAN_TYPE = "robot_latency_interfaces/msg/Plan"
+CYCLE_STATS_TYPE = "robot_latency_interfaces/msg/CycleStats"
 PLAN_ACTION_TYPE = "robot_latency_interfaces/action/PlanCommand"
 
 #: What a running planner node (plain or managed, active) publishes and subscribes to, besides
@@ -58,9 +63,12 @@ PLANNER_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(COMMAND_TOPIC, _STRING, "sub"),
     Endpoint(STATE_TOPIC, _STRING, "sub"),
     Endpoint(PLAN_TOPIC, PLAN_TYPE, "pub"),
-    Endpoint(CYCLE_TOPIC, _STRING, "pub"),
+    Endpoint(CYCLE_STATS_TOPIC, CYCLE_STATS_TYPE, "pub"),
     Endpoint(DIAGNOSTICS_TOPIC, _DIAG, "pub"),
 )
+
+#: Added while ``cycle_json`` is true (the default for this release): the JSON cycle record.
+CYCLE_JSON_ENDPOINTS: tuple[Endpoint, ...] = (Endpoint(CYCLE_TOPIC, _STRING, "pub"),)
 
 #: Added while ``plan_json`` is true (the default for this release): the JSON envelope.
 PLAN_JSON_ENDPOINTS: tuple[Endpoint, ...] = (Endpoint(PLAN_JSON_TOPIC, _STRING, "pub"),)

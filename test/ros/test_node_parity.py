@@ -38,6 +38,7 @@ from robot_latency.ros.params import PLANNER_PARAMS
 from robot_latency.ros.planner_node import PlannerNode
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
+    CYCLE_JSON_ENDPOINTS,
     CYCLE_TOPIC,
     PLAN_ACTION,
     PLAN_ACTION_TYPE,
@@ -220,7 +221,8 @@ def test_both_serve_the_plan_action(nodes: Nodes) -> None:
 
 def test_same_topics_with_the_same_types(nodes: Nodes) -> None:
     expected = {(e.direction, e.topic, e.type)
-                for e in (*PLANNER_ENDPOINTS, *PLAN_JSON_ENDPOINTS, *PROBE_ENDPOINTS)}
+                for e in (*PLANNER_ENDPOINTS, *PLAN_JSON_ENDPOINTS, *CYCLE_JSON_ENDPOINTS,
+                          *PROBE_ENDPOINTS)}
 
     def discovered(kind: str) -> set[tuple[str, str, str]] | None:
         try:

@@ -1,0 +1,145 @@
+"""A cycle record as the typed ``robot_latency_interfaces/msg/CycleStats``, and the data stamps.
+
+``planner/cycle_stats`` carries one CycleStats per cycle: the figures of the JSON record on
+``planner/cycle`` as typed numbers, so PlotJuggler, Foxglove and ``ros2 topic echo --field``
+read them without parsing JSON. A figure the cycle does not have is NaN, never a silent 0.
+
+Stamps are the data's: a plan's and a cycle's ``header.stamp`` is the time of the command it
+answers (its send where the sender stamped it, else its arrival; the cycle's tick without a
+command: :attr:`robot_latency.records.CycleRecord.data_ns`), moved from the loop's monotonic clock
+onto the node's ROS clock by their offset, read once (:class:`ClockBridge`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from builtin_interfaces.msg import Time
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from robot_latency.records import CycleRecord
+from robot_latency.ros.topics import CYCLE_STATS_TOPIC, CYCLE_TOPIC, plan_message
+from robot_latency_interfaces.msg import CycleStats
+
+NAN = math.nan
+
+
+def clock_offset_ns(loop_clock: Callable[[], int], ros_clock_ns: Callable[[], int], *,
+                    tries: int = 3) -> int:
+    """Return ROS time minus loop time (ns), read as tightly as the host allows: each try reads
+    the loop clock, the ROS clock, the loop clock again, and the try with the least time between
+    its loop reads (a preemption widens it) gives the offset at its midpoint."""
+    best: tuple[int, int] | None = None
+    for _ in range(max(1, tries)):
+        before = loop_clock()
+        ros = ros_clock_ns()
+        after = loop_clock()
+        gap = after - before
+        if best is None or gap < best[0]:
+            best = (gap, ros - (before + gap // 2))
+    assert best is not None
+    return best[1]
+
+
+def time_msg(ns: int) -> Time:
+    """A builtin_interfaces/Time for integer nanoseconds (negative: clamped to 0)."""
+    ns = max(0, int(ns))
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def _ms(value_ns: int | float | None) -> float:
+    return NAN if value_ns is None else float(value_ns) / 1e6
+
+
+def record_outcome(rec: CycleRecord) -> str:
+    """``plan``, ``refused`` (the published plan is a refusal) or ``none`` (nothing published)."""
+    if rec.published_ns is None or rec.plan_source == "none":
+        return "none"
+    return str(plan_message({"plan": rec.plan})["outcome"])
+
+
+def cycle_stats(rec: CycleRecord, *, stamp: Time, frame_age_ms: float | None = None) -> CycleStats:
+    """Return the CycleStats for one cycle record, stamped ``stamp`` (the data's, on the ROS
+    clock: :attr:`CycleRecord.data_ns` through a :class:`ClockBridge`)."""
+    msg = CycleStats()
+    msg.header.stamp = stamp
+    msg.cycle = int(rec.cycle)
+    msg.command_id = rec.command_id or ""
+    msg.mode = rec.mode
+    msg.deadline_ms = rec.deadline_budget_ns / 1e6
+    msg.margin_ms = _ms(rec.margin_ns)
+    phases: Mapping[str, Any] = rec.phases_ns
+    msg.queue_ms = _ms(rec.queue_wait_ns)
+    for name in ("prefill", "decode", "publish"):
+        setattr(msg, f"{name}_ms", _ms(phases.get(name)))
+    msg.cycle_ms = _ms(rec.cycle_ns)
+    msg.ttft_ms = _ms(rec.ttft_ns)
+    gaps = rec.itl_ns
+    msg.itl_p50_ms = _ms(statistics.median(gaps)) if gaps else NAN
+    msg.itl_max_ms = _ms(max(gaps)) if gaps else NAN
+    msg.tokens_in = int(rec.tokens_in) if rec.tokens_in is not None else -1
+    msg.tokens_out = rec.tokens_out
+    msg.outcome = record_outcome(rec)
+    msg.source = rec.plan_source
+    msg.fallback_reason = rec.fallback_reason or ""
+    msg.deadline_met = rec.deadline_met
+    msg.frame_age_ms = NAN if frame_age_ms is None else float(frame_age_ms)
+    return msg
+
+
+class ClockBridge:
+    """Moves loop-clock times onto the ROS clock by one offset per loop clock, read once
+    (:func:`clock_offset_ns`) and kept, so a cycle's plan and its stats carry the same stamp.
+
+    Args:
+        ros_clock_ns: the node's ROS clock (ns).
+    """
+
+    def __init__(self, ros_clock_ns: Callable[[], int]) -> None:
+        self.ros_clock_ns = ros_clock_ns
+        self._offsets: dict[Callable[[], int], int] = {}
+
+    def ros_ns(self, loop_ns: int | None, loop_clock: Callable[[], int] | None) -> int:
+        """``loop_ns`` on the ROS clock; now where either is None."""
+        if loop_ns is None or loop_clock is None:
+            return self.ros_clock_ns()
+        if loop_clock not in self._offsets:
+            self._offsets[loop_clock] = clock_offset_ns(loop_clock, self.ros_clock_ns)
+        return loop_ns + self._offsets[loop_clock]
+
+
+class CycleOutputs:
+    """The per-cycle publishers: typed CycleStats on ``planner/cycle_stats``, and (``cycle_json``)
+    the JSON record on ``planner/cycle``.
+
+    Args:
+        create_publisher: the node's publisher factory (a lifecycle node's lifecycle one).
+        clocks: moves the records' stamps onto the ROS clock.
+        cycle_json: also publish the JSON record (kept for one release).
+    """
+
+    def __init__(self, create_publisher: Callable[..., Any], clocks: ClockBridge, *,
+                 cycle_json: bool) -> None:
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.clocks = clocks
+        self._stats_pub = create_publisher(CycleStats, CYCLE_STATS_TOPIC, qos)
+        self._json_pub = create_publisher(String, CYCLE_TOPIC, qos) if cycle_json else None
+
+    def publish(self, rec: CycleRecord, loop_clock: Callable[[], int] | None) -> None:
+        """Publish one cycle's record (the typed stats first), stamped with what it answered
+        (its ``data_ns``, else its scheduled start) on the ROS clock."""
+        loop_ns = rec.data_ns if rec.data_ns is not None else rec.scheduled_ns
+        stamp = time_msg(self.clocks.ros_ns(loop_ns, loop_clock))
+        self._stats_pub.publish(cycle_stats(rec, stamp=stamp))
+        if self._json_pub is not None:
+            self._json_pub.publish(String(data=rec.to_json()))
+
+    def destroy(self, destroy_publisher: Callable[[Any], Any]) -> None:
+        """Remove the publishers."""
+        for pub in (self._stats_pub, self._json_pub):
+            if pub is not None:
+                destroy_publisher(pub)

@@ -1,0 +1,198 @@
+"""Typed per-cycle stats and the data's stamps, over real rclpy and Fast DDS (no mocks).
+
+An outside node sends tagged commands stamped with their send, and reads ``planner/cycle_stats``
+(robot_latency_interfaces/msg/CycleStats), ``planner/plan`` (Plan) and the JSON records on
+``planner/cycle``. It checks one CycleStats per cycle with the record's figures, and that a
+plan's and a cycle's ``header.stamp`` is the command's send on the ROS clock: now minus the
+stamp, at the receiver, is the client edge's reaction time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from robot_latency.ros.client_edge import monotonic_clock_id, tag_command
+from robot_latency.ros.cycle_stats import clock_offset_ns
+from robot_latency.ros.planner_node import PlannerNode
+from robot_latency_interfaces.msg import CycleStats, Plan
+
+DOMAIN_ID = random.randint(101, 200)
+Spinner = Any
+#: How far two readings of the same instant on the two clocks may disagree (ns): each side
+#: reads the pair as tightly as the host allows (:func:`clock_offset_ns`); a preempted read is
+#: retried, so this bounds a clock read, not a latency.
+CLOCK_READ_NS = 5_000_000
+
+
+def _ns(stamp: Any) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class Client:
+    """The outside node: stamped commands out; stats, plans and records in, with receipt times."""
+
+    def __init__(self, spin: Spinner) -> None:
+        self.node = spin.add(Node("stats_client", context=spin.executor.context))
+        self.wait_for = spin.wait_for
+        self.lock = threading.Lock()
+        self.stats: list[tuple[CycleStats, int]] = []   # (message, ROS time at receipt)
+        self.plans: list[tuple[Plan, int, int]] = []    # (message, ROS and loop time at receipt)
+        self.records: list[dict[str, Any]] = []
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub = self.node.create_publisher(String, "/planner/command", qos)
+        self.node.create_subscription(CycleStats, "/planner/cycle_stats", self._on_stats, qos)
+        self.node.create_subscription(Plan, "/planner/plan", self._on_plan, qos)
+        self.node.create_subscription(
+            String, "/planner/cycle", lambda m: self._keep(self.records, json.loads(m.data)), qos)
+        self.clock_id = monotonic_clock_id()
+        self.sent: dict[str, int] = {}  # command id -> send on the monotonic clock
+
+    def ros_ns(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
+    def _keep(self, target: list, item: Any) -> None:
+        with self.lock:
+            target.append(item)
+
+    def _on_stats(self, msg: CycleStats) -> None:
+        self._keep(self.stats, (msg, self.ros_ns()))
+
+    def _on_plan(self, msg: Plan) -> None:
+        self._keep(self.plans, (msg, self.ros_ns(), time.perf_counter_ns()))
+
+    def snapshot(self, name: str) -> list:
+        with self.lock:
+            return list(getattr(self, name))
+
+    def send(self, command_id: str, text: str) -> None:
+        sent_ns = time.perf_counter_ns()
+        self.sent[command_id] = sent_ns
+        self.pub.publish(String(data=tag_command(command_id, text, sent_ns=sent_ns,
+                                                 clock_id=self.clock_id)))
+
+
+@pytest.fixture(scope="module")
+def ros(spinner_for: Callable[[Context], Spinner]) -> Iterator[Spinner]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        mp.setenv("ROS_LOCALHOST_ONLY", "1")
+        context = Context()
+        rclpy.init(context=context, domain_id=DOMAIN_ID)
+        spin = spinner_for(context)
+        try:
+            yield spin
+        finally:
+            spin.close()
+            context.try_shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(ros: Spinner, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    overrides = [Parameter("engine", value="sim"),
+                 Parameter("target_device", value="orin-agx-64gb"),
+                 Parameter("mode", value="event"), Parameter("deadline_ms", value=400),
+                 Parameter("log_dir", value=str(tmp_path_factory.mktemp("stats-run")))]
+    node = ros.add(PlannerNode(context=ros.executor.context, parameter_overrides=overrides))
+    assert node.startup_error is None, node.startup_error
+    node.start()
+    c = Client(ros)
+    try:
+        c.wait_for(lambda: c.pub.get_subscription_count() >= 1
+                   and c.node.count_publishers("/planner/cycle_stats") >= 1, 30,
+                   "the planner to be discovered")
+        yield c
+    finally:
+        assert node.close() is not None
+
+
+def test_one_typed_stats_per_cycle_with_the_records_figures(client: Client) -> None:
+    ids = [f"stats-{i}" for i in range(4)]
+    for i, command_id in enumerate(ids):
+        client.send(command_id, "pick up the red cup" if i % 2 else "what time is it")
+        client.wait_for(lambda c=command_id: any(m.command_id == c
+                                                 for m, _ in client.snapshot("stats")),
+                        60, f"the stats of {command_id}")
+    client.wait_for(lambda: {r["command_id"] for r in client.snapshot("records")} >= set(ids),
+                    30, "the JSON records")
+    stats = {m.cycle: m for m, _ in client.snapshot("stats")}
+    records = {r["cycle"]: r for r in client.snapshot("records")}
+    assert len(stats) == len(client.snapshot("stats"))  # one per cycle
+    assert set(stats) == set(records)
+    for cycle, rec in records.items():
+        msg = stats[cycle]
+        assert msg.command_id == (rec["command_id"] or "")
+        assert msg.source == rec["plan_source"] and msg.deadline_met == rec["deadline_met"]
+        assert msg.fallback_reason == (rec["fallback_reason"] or "")
+        assert msg.deadline_ms == rec["deadline_ms"] == 400.0 and msg.mode == "event"
+        assert msg.tokens_out == rec["tokens_out"]
+        if rec["ttft_ms"] is None:
+            assert math.isnan(msg.ttft_ms)
+        else:
+            assert msg.ttft_ms == pytest.approx(rec["ttft_ms"])
+        assert msg.itl_max_ms == pytest.approx(max(rec["itl_ms"])) if len(rec["itl_ms"]) \
+            else math.isnan(msg.itl_max_ms)
+        assert math.isnan(msg.frame_age_ms)  # no camera
+    outcomes = {stats[c].command_id: stats[c].outcome for c in stats}
+    assert outcomes["stats-0"] == "refused" and outcomes["stats-1"] == "plan"
+
+
+def test_stamps_are_the_commands_send_on_the_ros_clock(client: Client) -> None:
+    command_id = "stamped-0"
+    client.send(command_id, "go to the kitchen")
+    plan, ros_at, loop_at = client.wait_for(
+        lambda: next((p for p in client.snapshot("plans") if p[0].command_id == command_id),
+                     None), 60, "the plan")
+    stats = client.wait_for(lambda: next((m for m, _ in client.snapshot("stats")
+                                          if m.command_id == command_id), None), 30, "its stats")
+    offset_ns = clock_offset_ns(time.perf_counter_ns, client.ros_ns)  # this side's own reading
+    sent_ros_ns = client.sent[command_id] + offset_ns
+    # The stamp is the send (not the publish): the same instant on the ROS clock.
+    assert abs(_ns(plan.header.stamp) - sent_ros_ns) <= 2 * CLOCK_READ_NS
+    assert _ns(stats.header.stamp) == _ns(plan.header.stamp)
+    # The publish has its own field, after the send and before the receipt.
+    assert _ns(plan.header.stamp) <= _ns(plan.published) <= ros_at + 2 * CLOCK_READ_NS
+    # A monitor's "now - header.stamp" at the receiver is the client edge's reaction time.
+    reaction_ns = loop_at - client.sent[command_id]
+    assert abs((ros_at - _ns(plan.header.stamp)) - reaction_ns) <= 2 * CLOCK_READ_NS
+
+
+def test_the_plan_topic_has_greenwaves_keys(client: Client, ros: Spinner) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    got: list[DiagnosticArray] = []
+    client.node.create_subscription(DiagnosticArray, "/diagnostics", got.append, 100)
+    for i in range(3):
+        client.send(f"gw-{i}", "go to the kitchen")
+        client.wait_for(lambda c=f"gw-{i}": any(m.command_id == c
+                                                for m, _ in client.snapshot("stats")),
+                        60, f"the plan of gw-{i}")
+
+    def plan_status() -> Any:
+        for array in list(got):
+            for status in array.status:
+                if status.name == "/planner/plan" and \
+                        dict((kv.key, kv.value) for kv in status.values)["frame_rate_node"] \
+                        != "n/a":
+                    return status
+        return None
+    status = client.wait_for(plan_status, 30, "the plan topic's status")
+    values = {kv.key: kv.value for kv in status.values}
+    assert {"frame_rate_node", "frame_rate_msg", "current_delay_from_realtime_ms",
+            "expected_frequency", "tolerance", "total_dropped_frames"} <= set(values)
+    assert float(values["frame_rate_node"]) > 0 and float(values["frame_rate_msg"]) > 0
+    assert float(values["current_delay_from_realtime_ms"]) >= 0
+    assert float(values["expected_frequency"]) == 0.0  # event mode: no expected rate

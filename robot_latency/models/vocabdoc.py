@@ -21,6 +21,7 @@ from pathlib import Path
 from robot_latency.models import corpus, ood
 from robot_latency.profiles.actions import REFUSE_PLAN, Step, expand_to_plan, steps_to_tokens
 from robot_latency.profiles.normalize import normalize_command
+from robot_latency.profiles.rules import rule_plan
 from robot_latency.profiles.vocabulary import (
     ACTIONS,
     COLORS,
@@ -115,13 +116,14 @@ def _clauses() -> list[str]:
     lines = ["### How a command becomes steps", "",
              "A command is one clause, or several joined by a connector; each clause is one of",
              "these kinds and gives one to three steps (the example of each is drawn by the",
-             "corpus's own generator):", "",
-             "| clause | steps | example | plan |", "|---|---|---|---|"]
+             "corpus's own generator; the last column is what the `rule` fallback, a keyword",
+             "planner that reads the same vocabulary, plans for the same words):", "",
+             "| clause | steps | example | plan | rule fallback |", "|---|---|---|---|---|"]
     for kind, _weight in (*corpus._Generator.KINDS, ("stop", 0.0)):
         clause = gen.clause(kind)
         actions = " + ".join(step.action for step in clause.steps)
         lines.append(f"| {KIND_MEANING[kind]} | {actions} | \"{clause.text}\" | "
-                     f"{_tokens(clause.steps)} |")
+                     f"{_tokens(clause.steps)} | {_rule(clause.text, clause.steps)} |")
     config = shipped_corpus_config()
     gen = corpus._Generator(random.Random(EXAMPLE_SEED), max_clauses=config.max_clauses)
     text, steps, _keys = next((t, s, k) for t, s, k in iter(gen.command, None)
@@ -135,6 +137,7 @@ def _clauses() -> list[str]:
         f"{_quoted(corpus.POLITE_SUFFIX)}; none of them is a step. The steps are the clauses' "
         "steps in order. For example:", "",
         f"- \"{text}\"", f"- plan: {_tokens(steps)}",
+        f"- the rule fallback's: {_rule(text, steps)}",
         f"- JSON: `{_compact(plan)}`", "",
         "The planner sees the command normalized as its corpus is written (lower case, plain",
         f"words, single spaces): \"Pick up the RED cup, please!\" is "
@@ -142,6 +145,14 @@ def _clauses() -> list[str]:
         f"`{END_TOKEN}`.", "",
     ]
     return lines
+
+
+def _rule(text: str, steps: Sequence[Step]) -> str:
+    """The rule fallback's plan for ``text``: "the same" as ``steps``, else its own tokens."""
+    ruled = rule_plan(text)
+    if ruled is None:
+        return "none"
+    return "the same" if tuple(ruled) == tuple(steps) else _tokens(ruled)
 
 
 def _compact(value: object) -> str:
@@ -163,8 +174,8 @@ def _refusal() -> list[str]:
         f"- verbs it has no action for ({len(ood.UNKNOWN_VERBS)}), e.g. "
         f"{_quoted(ood.UNKNOWN_VERBS[:4])};",
         "- misspelled places and objects (\"go to the kitchn\").", "",
-        "The keyword fallback refuses a command in which it reads no step instead of guessing",
-        "one.",
+        "The rule fallback refuses a command in which it reads no step instead of guessing one:",
+        "", *(f"- \"{c}\": {_tokens(rule_plan(c) or [])}" for c in ood.CHAT[:2]),
     ]
 
 

@@ -303,7 +303,7 @@ def cmd_hedge(args: argparse.Namespace) -> dict[str, Any]:
     policies = tuple(p for p in args.policies.split(",") if p)
     onboard_path = args.onboard_path or args.model_path
     onboard_threads = args.onboard_threads or args.threads
-    # The robot's loop under SCHED_FIFO when asked (README, "Real-time"): on the one core left
+    # The robot's loop under SCHED_FIFO when asked (docs/ROS.md, "Real-time"): on the one core left
     # to the robot, the normal scheduler let the niced engine hold the core a few ms past the
     # loop's give-up time.
     settings = RunSettings(period_ms=args.period_ms, deadline_ms=args.deadline_ms,

@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robot_latency"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ros",),                              # the only code that imports rclpy
     ("cli", "cli_*"),                      # the command: parsing, then calls into the core
-    ("demo_job", "hostcheck"),                    # the main job; the machine check (doctor)
+    ("demo_job", "hostcheck", "launcher"),  # the main job; the machine check (doctor);
+                                           # the launch files' nodes without ROS launch
     ("report",),                           # comparisons, plots, tail diagnosis of run directories
     ("planner",),                          # the cycle loop, deadlines, fallbacks, runs
     ("engines", "streams", "telemetry"),   # backends; command sources; host telemetry

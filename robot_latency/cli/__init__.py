@@ -19,6 +19,7 @@ from robot_latency.cli import (
     doctor,
     fleet,
     floor,
+    launch,
     models,
     predict,
     profiles,
@@ -32,7 +33,8 @@ from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
 #: Command modules, in the order their commands appear in ``--help``.
-GROUPS = (floor, predict, run, sweep, report, profiles, models, streams, demo, doctor, fleet)
+GROUPS = (floor, predict, run, sweep, report, profiles, models, streams, demo, doctor, fleet,
+          launch)
 
 
 def build_parser() -> argparse.ArgumentParser:

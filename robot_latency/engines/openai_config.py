@@ -21,7 +21,7 @@ from robot_latency.engines.base import EngineError
 
 #: The server APIs the engine speaks.
 SERVER_APIS = ("completions", "chat")
-#: How the output contract reaches the server (README, "Onboard, offboard or both").
+#: How the output contract reaches the server (docs/OFFBOARD.md).
 SERVER_KINDS = ("auto", "llamacpp", "vllm", "generic")
 #: Fallback reasons a server fault gives (besides the deadline).
 SERVER_FAULTS = ("server_unreachable", "server_error", "server_malformed", "invalid_output")

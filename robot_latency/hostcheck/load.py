@@ -3,7 +3,7 @@ other processes took, measured over the run and judged against stated thresholds
 
 A run's latencies are this host's only when the host was the run's: on a virtual machine whose
 hypervisor took CPU time (steal), or beside other busy processes, model misses climb far above
-what the same run shows on a quiet machine (90-95% against the README's 3-28%, once), and nothing
+what the same run shows on a quiet machine (90-95% against docs/DEMO.md's 3-28%, once), and nothing
 said why. :class:`LoadWatch` takes one snapshot when a run starts and one when it ends and
 returns a :class:`HostLoad` with the reasons, if any, to call the host overloaded:
 

@@ -130,7 +130,7 @@ def check_onnxruntime() -> Check:
         return Check("onnxruntime", WARN, f"onnxruntime does not import: {err} (only the onnx "
                                           "engine needs it)",
                      "x86-64: pip install -r requirements/base.txt; Jetson: NVIDIA's "
-                     "onnxruntime-gpu wheel (README)")
+                     "onnxruntime-gpu wheel (docs/INSTALL.md)")
     from robot_latency.engines.onnx import DEFAULT_PROVIDERS
     from robot_latency.engines.providers import choose_providers, cuda_device_count
 

@@ -201,7 +201,7 @@ class EdgeComparison:
 
 
 #: A receiver miss rate more than this above the planner's flags the run (2 points: the target
-#: of the transport margin, README "Reaction time at the client edge").
+#: of the transport margin, docs/ROS.md, "The deadline kept at the receiver").
 RECEIVER_EXCESS_FLAG = 0.02
 
 

@@ -18,7 +18,7 @@ NEEDS = {
              "requirements/ros.txt)",
     "robot_latency_interfaces": "the interface package robot_latency_interfaces: `make install` "
                                 "builds it into the venv, or colcon builds it beside the planner "
-                                "(README, 'Typed plans and the PlanCommand action')",
+                                "(docs/ROS.md, 'Typed plans and the PlanCommand action')",
 }
 
 

@@ -55,6 +55,7 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "streams make": (["streams", "make", "--out", str(tmp_path / "bag")], "--process"),
         "demo": (["demo", "--out", str(full), "--quants", "Q8_0,Q4_K"], "Q4_K"),
         "doctor": (["doctor", "--params-file", nope + ".yaml"], "nope.yaml"),
+        "launch": (["launch", "planner", "--params-file", nope + ".yaml"], "nope.yaml"),
         "fleet": (["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "1,x",
                    "--stream", nope + ".jsonl", "--out", str(tmp_path / "f")], "--robots"),
     }

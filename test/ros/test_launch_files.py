@@ -187,7 +187,8 @@ def test_mode_is_a_launch_argument_that_reaches_the_node(version: str) -> None:
     # Event mode needed an edited params file; mode:=event now sets the node's parameter, over
     # the params file's.
     if not (VENDOR / version).is_dir():
-        pytest.skip(f"needs launch and launch_ros source in {VENDOR / version}; not present")
+        pytest.skip(f"needs launch and launch_ros source in {VENDOR / version} "
+                    "(docs/ROS.md, 'Launch files in tests'); not present")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(VENDOR / version), str(ROOT)])}
     params_file = ROOT / "config" / "orin_nano_8gb.yaml"
     assert yaml.safe_load(params_file.read_text())["planner_node"]["ros__parameters"][

@@ -4,8 +4,8 @@
 from its install space.
 
 ``launch`` and ``launch_ros`` are not on any package registry reachable here; their pure-Python
-source is in ../shared/vendor/ros2_launch (see its README). Without that folder these tests skip
-and say so.
+source is in ../shared/vendor/ros2_launch (see its README, and docs/ROS.md, "Launch files in
+tests"). Without that folder these tests skip and say so.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SIM = ["engine:=sim", "target_device:=orin-agx-64gb", "period_ms:=100.0", "deadl
 
 if not VENDOR.is_dir():
     pytest.skip(f"needs launch and launch_ros source in {VENDOR} (../shared/vendor/ros2_launch, "
-                "see the project README); not present", allow_module_level=True)
+                "see docs/ROS.md, 'Launch files in tests'); not present", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

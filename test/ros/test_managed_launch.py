@@ -30,7 +30,8 @@ DISTROS = ("jazzy",) if ros_facts().ros_distro == "jazzy" else ("humble", "rolli
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not all((VENDORS / distro / "launch").is_dir() for distro in DISTROS):
-        pytest.skip(f"needs the launch/launch_ros source in {VENDORS} (outside the repository)")
+        pytest.skip(f"needs the launch/launch_ros source in {VENDORS} (outside the repository; "
+                    "docs/ROS.md, 'Launch files in tests')")
     tmp = tmp_path_factory.mktemp("prefix")
     subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-base", str(tmp / "build"),
                     "install", "--prefix", str(tmp / "p"), "--single-version-externally-managed",

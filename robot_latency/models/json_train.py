@@ -13,8 +13,9 @@ and every row of the batch attends to its keys/values (``LlamaModel.forward_cach
 of repeating its several hundred tokens per row. The prefix pass is forward only (no gradient
 through the prefix's keys/values: the rows still attend to them at the positions llama.cpp
 gives them, and the step costs a third less); rows are batched by length. Loss covers the
-answer (plan and ``<|im_end|>``). Out-of-domain training rows have their unknown-word ids replaced by ``UNK`` at
-random (:data:`UNK_DROPOUT`), so an id never seen in training reads as "refuse".
+answer (plan and ``<|im_end|>``). Out-of-domain training rows have their unknown-word ids
+replaced by ``UNK`` at random (:data:`UNK_DROPOUT`), so an id never seen in training reads as
+"refuse".
 
     python -m robot_latency.models.json_train --out build/json   # 2,100 s of training
 """
@@ -194,7 +195,8 @@ def _bucketed(rows: Sequence[_Row], batch_size: int, rng: random.Random) -> list
 
 
 def train_json(shape: GGUFShape, corpus: JsonCorpus, tmap: TokenMap, cfg: JsonTrainConfig, *,
-               checkpoint: Path | None = None) -> tuple[LlamaModel, list[float], float, int]:
+               checkpoint: Path | None = None, init: Path | None = None
+               ) -> tuple[LlamaModel, list[float], float, int]:
     """Train from scratch; return the model (eval mode), the loss per 25 steps, wall seconds and
     the steps taken.
 
@@ -204,11 +206,14 @@ def train_json(shape: GGUFShape, corpus: JsonCorpus, tmap: TokenMap, cfg: JsonTr
         tmap: the id map.
         cfg: optimisation settings.
         checkpoint: save the weights here every 100 steps (and at the end).
+        init: start from these weights (a checkpoint of the same shape) instead of random ones.
     """
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     model = LlamaModel(shape)
+    if init is not None:
+        model.load_state_dict(torch.load(init))
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -329,6 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=JSON_SHAPE["dim"])
     ap.add_argument("--layers", type=int, default=JSON_SHAPE["n_layers"])
     ap.add_argument("--n-train", type=int, default=CorpusConfig.n_train)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="continue from this checkpoint (ckpt.pt of the same shape)")
+    ap.add_argument("--n-eval", type=int, default=None,
+                    help="evaluate on this many held-out rows (and half as many refusals)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     t_start = time.perf_counter()
@@ -352,10 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"longest row {longest} exceeds context {cfg.context_length}")
     args.out.mkdir(parents=True, exist_ok=True)
     model, losses, wall, steps = train_json(shape, corpus, tmap, cfg,
-                                            checkpoint=args.out / "ckpt.pt")
+                                            checkpoint=args.out / "ckpt.pt", init=args.init)
     refusal = next(e.answer for e in corpus.refuse_heldout)
     figures = {}
-    for name, rows in (("heldout", corpus.heldout), ("refuse_heldout", corpus.refuse_heldout)):
+    n_eval = args.n_eval or len(corpus.heldout)
+    for name, rows in (("heldout", corpus.heldout[:n_eval]),
+                       ("refuse_heldout", corpus.refuse_heldout[:max(1, n_eval // 2)])):
         outs = greedy_json(model, tmap, corpus.prefix, [e.suffix for e in rows],
                            end=corpus.end_of_turn)
         figures[name] = score(outs, rows, refusal)
@@ -364,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          tmap)
     meta = {"shape": asdict(shape), "train": asdict(cfg), "steps_done": steps,
             "n_params": model.n_params(),
-            "train_wall_s": round(wall, 1), "final_loss": round(losses[-1], 5),
+            "train_wall_s": round(wall, 1), "final_loss": round(losses[-1], 5) if losses else None,
             "torch_greedy": figures, "corpus": {**asdict(ccfg), "train_rows": len(corpus.train),
                                                 "prefix_tokens": len(corpus.prefix)},
             "mapped_ids": len(tmap.ids), "n_vocab": tmap.n_vocab,

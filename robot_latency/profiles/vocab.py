@@ -45,7 +45,8 @@ def vocab_path(family: str) -> Path:
     """
     name = VOCAB_FILES.get(family)
     if name is None:
-        raise VocabError(f"no shipped tokenizer for family {family!r}; known: {sorted(VOCAB_FILES)}")
+        raise VocabError(f"no shipped tokenizer for family {family!r}; "
+                         f"known: {sorted(VOCAB_FILES)}")
     path = VOCAB_DIR / name
     if not path.is_file():
         raise VocabError(f"tokenizer file missing: {path}")

@@ -263,7 +263,7 @@ def _resolve_source(model: str | None, cache: Path) -> tuple[Path, str]:
     from robot_latency.models.bundled import BundledModelError, bundled_model_path
 
     key = (model or "").strip()
-    if key in ("", "planner", "planner-draft"):
+    if key in ("", "planner", "planner-draft", "planner-json"):
         try:
             return bundled_model_path(key or "planner"), key or "planner"
         except BundledModelError as err:
@@ -284,7 +284,7 @@ def _resolve_source(model: str | None, cache: Path) -> tuple[Path, str]:
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path, _default_name(path)
     raise LadderError(
-        f"unknown model {model!r}: give 'planner', 'planner-draft', "
+        f"unknown model {model!r}: give 'planner', 'planner-draft', 'planner-json', "
         f"'{INFLATED_PREFIX}<preset>' or the path of an existing .gguf file"
     )
 
@@ -296,6 +296,7 @@ def ladder_model_path(
 
     Args:
         model: None, ``""`` or ``"planner"`` (the bundled planner), ``"planner-draft"``,
+            ``"planner-json"`` (the JSON planner's full-vocabulary GGUF, built on first use),
             ``"planner-inflated-<preset id>"`` (the planner inflated into that preset's shape; the
             F16 inflation is made on first use), or a GGUF path.
         quant: a level name (``VALID_QUANTS``, any case).

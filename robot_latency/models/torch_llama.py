@@ -18,6 +18,8 @@ from torch import nn
 
 from robot_latency.models.export import GGUFShape, read_gguf
 
+KV = tuple[torch.Tensor, torch.Tensor]  # one block's keys and values, (B, n_kv_heads, T, hd)
+
 
 class RMSNorm(nn.Module):
     """RMSNorm as llama.cpp computes it: ``x / sqrt(mean(x^2) + eps) * weight``."""
@@ -63,19 +65,34 @@ class Block(nn.Module):
         self.ffn_down = nn.Linear(s.ffn_dim, s.dim, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.forward_cached(x, cos, sin)[0]
+
+    def forward_cached(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        """Run the block on ``x`` after ``past`` (keys/values of earlier positions, batch 1 or
+        B); return the output and this block's keys/values of past and x together."""
         b, t, _ = x.shape
         h = self.attn_norm(x)
         q = self.attn_q(h).view(b, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
         k = self.attn_k(h).view(b, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
         v = self.attn_v(h).view(b, t, self.n_kv, self.hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        mask = None
+        if past is not None:
+            pk, pv = past  # (1 or B, nkv, P, hd): a shared prefix is computed once, at batch 1
+            k = torch.cat((pk.expand(b, -1, -1, -1), k), dim=2)
+            v = torch.cat((pv.expand(b, -1, -1, -1), v), dim=2)
+            n_past = pk.shape[2]
+            mask = torch.ones(t, n_past + t, dtype=torch.bool, device=x.device)
+            mask[:, n_past:] = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        kv = (k, v)
         # Query head i reads KV head i // (nh / nkv), as ggml broadcasts it.
         rep = self.n_heads // self.n_kv
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         x = x + self.attn_output(a.transpose(1, 2).reshape(b, t, self.n_heads * self.hd))
         h = self.ffn_norm(x)
-        return x + self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h))
+        return x + self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h)), kv
 
 
 class LlamaModel(nn.Module):
@@ -113,6 +130,24 @@ class LlamaModel(nn.Module):
         for block in self.blk:
             x = block(x, cos, sin)
         return self.output(self.output_norm(x))
+
+    def forward_cached(self, ids: torch.Tensor, past: list[KV] | None = None
+                       ) -> tuple[torch.Tensor, list[KV]]:
+        """Return logits ``(B, T, V)`` for ids ``(B, T)`` that follow ``past`` (per block keys
+        and values of the positions before, batch 1 or B), and the keys/values of past + ids.
+
+        A fixed prompt prefix is run once at batch 1 and its keys/values passed as ``past`` for
+        a whole batch of continuations: positions (RoPE) continue after it, as in llama.cpp.
+        """
+        start = 0 if past is None else past[0][0].shape[2]
+        t = ids.shape[1]
+        cos, sin = self.rope_cos[start:start + t], self.rope_sin[start:start + t]
+        x = self.token_embd(ids)
+        out: list[KV] = []
+        for i, block in enumerate(self.blk):
+            x, kv = block.forward_cached(x, cos, sin, None if past is None else past[i])
+            out.append(kv)
+        return self.output(self.output_norm(x)), out
 
     def n_params(self) -> int:
         """Return the parameter count."""

@@ -234,7 +234,7 @@ def test_missing_or_invalid_schema_files_are_refused(tmp_path: Path) -> None:
 
 def test_unknown_profile_name_and_bad_yaml(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match=r"'nosuch': no such file, and not a shipped profile "
-                                           r"\(bundled-actions, instruct-json"):
+                                           r"\(bundled-actions, bundled-json, instruct-json"):
         load_profile("nosuch")
     path = tmp_path / "bad.yaml"
     path.write_text("name: [unclosed\n")

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.lifetime import popen
 
 __all__ = ["LAUNCHES", "LaunchError", "NodeProcess", "declared_arguments", "launch_dir",
            "plan_launch", "run_launch"]
@@ -205,8 +206,10 @@ def run_launch(processes: Sequence[NodeProcess], *, stop_timeout_s: float = 30.0
             _LOG.info("starting %s: %s", spec.name, " ".join(spec.argv))
             # A session of its own: a terminal's Ctrl-C reaches the launcher only, which
             # passes one SIGINT on (a node given two may not close its run).
-            running.append((spec, subprocess.Popen(list(spec.argv), start_new_session=True,
-                                                   preexec_fn=_die_with_parent)))
+            # (lifetime.popen: the child follows this process; _die_with_parent then asks for
+            # SIGTERM instead of SIGKILL, so a node still closes its run)
+            running.append((spec, popen(list(spec.argv), start_new_session=True,
+                                        preexec_fn=_die_with_parent)))
         while not stop_asked:
             ended = [(spec, proc) for spec, proc in running if proc.poll() is not None]
             failed = [(s, p) for s, p in ended if p.returncode != 0]

@@ -83,11 +83,12 @@ def follow_parent(then: Callable[[], Any] | None = None) -> Callable[[], None]:
     return preexec
 
 
-def set_subreaper() -> bool:
-    """Make this process adopt its orphaned descendants (they stay under it, for a check)."""
+def set_subreaper(on: bool = True) -> bool:
+    """Make this process adopt its orphaned descendants (they stay under it, for a check);
+    ``on=False`` gives them back to init again."""
     if _PRCTL is None:
         return False
-    return _PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return _PRCTL(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0
 
 
 class _OwnerThread:

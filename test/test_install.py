@@ -7,6 +7,7 @@ compatibility venv (``make compat``).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -30,7 +31,9 @@ def _shipped_data() -> list[Path]:
 
 def test_prefix_install_puts_streams_launch_config_and_executables_in_place(
         tmp_path: Path) -> None:
-    import setuptools
+    # The version for the messages, without importing setuptools into this process (its
+    # distutils shim fails once another test module has imported the stdlib distutils).
+    setuptools_version = importlib.metadata.version("setuptools")
 
     src = tmp_path / "src"
     src.mkdir()
@@ -47,14 +50,14 @@ def test_prefix_install_puts_streams_launch_config_and_executables_in_place(
          "install", "--prefix", str(prefix), "--record", str(record),
          "--single-version-externally-managed"],
         cwd=src, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"setuptools {setuptools.__version__}:\n{done.stderr}"
+    assert done.returncode == 0, f"setuptools {setuptools_version}:\n{done.stderr}"
     site = Path(sysconfig.get_path("purelib", vars={"base": str(prefix),
                                                     "platbase": str(prefix)}))
     assert (site / PACKAGE / "cli" / "__init__.py").is_file(), f"no package under {site}"
     shipped = _shipped_data()
     assert any(p.suffix == ".mcap" for p in shipped) and any(p.suffix == ".gguf" for p in shipped)
     missing = [str(p) for p in shipped if not (site / PACKAGE / p).is_file()]
-    assert not missing, f"setuptools {setuptools.__version__} did not install {missing}"
+    assert not missing, f"setuptools {setuptools_version} did not install {missing}"
     share = prefix / "share" / PACKAGE
     for pattern, where in (("launch/*.launch.py", "launch"), ("config/*.yaml", "config")):
         names = sorted(p.name for p in ROOT.glob(pattern))

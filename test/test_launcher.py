@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from robot_latency.launcher import LaunchError, declared_arguments, launch_dir, plan_launch
+from robot_latency.lifetime import popen
 from robot_latency.records import read_records
 from robot_latency.rosenv import LOCALHOST_ENV
 from robot_latency.streams import Command, write_bag
@@ -107,7 +108,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> N
 def test_sigterm_stops_every_node_and_closes_the_run(managed: str, tmp_path: Path) -> None:
     # managed:=true: the run opens only once the node was configured and activated (autostart)
     run_dir = tmp_path / "run"
-    launcher = subprocess.Popen([*CLI, "launch", "planner", f"managed:={managed}", "engine:=sim",
+    launcher = popen([*CLI, "launch", "planner", f"managed:={managed}", "engine:=sim",
                                  "mode:=event", f"log_dir:={run_dir}"], env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -146,7 +147,7 @@ def test_the_replay_launch_ends_when_the_replay_does(tmp_path: Path) -> None:
 
 def test_a_killed_launcher_takes_its_nodes_with_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    launcher = subprocess.Popen([*CLI, "launch", "planner", "engine:=sim", f"log_dir:={run_dir}"],
+    launcher = popen([*CLI, "launch", "planner", "engine:=sim", f"log_dir:={run_dir}"],
                                 env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(run_dir / "manifest.json", launcher)

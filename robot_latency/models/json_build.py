@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run :func:`install` from the command line."""
     from robot_latency.models.ladder_manifest import default_cache_dir
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--trained", type=Path, required=True, help="json_train's --out directory")
     ap.add_argument("--out", type=Path, required=True, help="the package's models directory")
     ap.add_argument("--cache-dir", type=Path, default=None)

@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build the corpus, train, evaluate in torch and write the compact model and its manifest."""
     from robot_latency.models.json_export import write_compact
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", type=Path, required=True, help="output directory")
     ap.add_argument("--steps", type=int, default=JsonTrainConfig.steps)
     ap.add_argument("--budget-s", type=float, default=JsonTrainConfig.budget_s,

@@ -201,7 +201,7 @@ def replace_block(text: str, block: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the rendering, or write it into a Markdown file between the markers."""
     parser = argparse.ArgumentParser(prog="python -m robot_latency.models.vocabdoc",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--write", type=Path, metavar="MARKDOWN",
                         help="replace the generated block in this file (docs/PLANNER.md)")
     args = parser.parse_args(argv)

@@ -42,7 +42,8 @@ def _change(node: Node, client: object, transition: int, label: str, end: float)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Configure and activate the managed node named on the command line."""
-    parser = argparse.ArgumentParser(prog="python -m robot_latency.ros.lifecycle_autostart")
+    parser = argparse.ArgumentParser(prog="python -m robot_latency.ros.lifecycle_autostart",
+                                     allow_abbrev=False)
     parser.add_argument("node", help="the managed node's name, e.g. /planner_node")
     parser.add_argument("--timeout-s", type=float, default=300.0,
                         help="give up after this long (the configure loads the model)")

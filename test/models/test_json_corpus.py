@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.models.corpus import CorpusConfig, generate_corpus
 from robot_latency.models.export import GGUFShape
 from robot_latency.models.json_corpus import END_OF_TURN, build_json_corpus, plan_text
@@ -102,9 +103,10 @@ def test_full_export_places_rows_at_real_ids_and_matches_torch_in_llama_cpp(jcor
     compact = write_compact(tmp_path / "c.gguf", shape, model.gguf_tensors(), tmap)
     assert read_compact(compact)[2] == list(tmap.ids)
     full = build_full(compact, tmp_path / "full.gguf")
-    llm = llama_cpp.Llama(model_path=str(full), n_ctx=1024, logits_all=True, verbose=False,
-                          n_threads=2, type_k=llama_cpp.GGML_TYPE_F32,
-                          type_v=llama_cpp.GGML_TYPE_F32)
+    llm = open_llama(load_policy(), model_path=str(full), n_ctx=1024, logits_all=True,
+                     verbose=False,
+                     n_threads=2, type_k=llama_cpp.GGML_TYPE_F32,
+                     type_v=llama_cpp.GGML_TYPE_F32)
     try:
         assert llm.n_vocab() == tok.n_vocab == 151_936
         meta = llm.metadata

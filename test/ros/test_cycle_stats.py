@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -30,7 +28,6 @@ from robot_latency.ros.cycle_stats import clock_offset_ns
 from robot_latency.ros.planner_node import PlannerNode
 from robot_latency_interfaces.msg import CycleStats, Plan
 
-DOMAIN_ID = random.randint(101, 200)
 Spinner = Any
 #: How far two readings of the same instant on the two clocks may disagree (ns): each side
 #: reads the pair as tightly as the host allows (:func:`clock_offset_ns`); a preempted read is
@@ -86,18 +83,13 @@ class Client:
 
 
 @pytest.fixture(scope="module")
-def ros(spinner_for: Callable[[Context], Spinner]) -> Iterator[Spinner]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-        mp.setenv("ROS_LOCALHOST_ONLY", "1")
-        context = Context()
-        rclpy.init(context=context, domain_id=DOMAIN_ID)
-        spin = spinner_for(context)
-        try:
-            yield spin
-        finally:
-            spin.close()
-            context.try_shutdown()
+def ros(ros_context: Context, spinner_for: Callable[[Context], Spinner]) -> Iterator[Spinner]:
+    """The shared module context (test/ros/conftest.py), spun in the background."""
+    spin = spinner_for(ros_context)
+    try:
+        yield spin
+    finally:
+        spin.close()
 
 
 @pytest.fixture(scope="module")

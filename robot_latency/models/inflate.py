@@ -71,7 +71,12 @@ import numpy as np
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.models.export import GGUFShape, gguf_tensor_names, write_llama_hparams
-from robot_latency.models.tokenizer import Vocab, write_tokenizer_metadata
+from robot_latency.models.tokenizer import (
+    Vocab,
+    copy_tokenizer_metadata,
+    tokenizer_model,
+    write_tokenizer_metadata,
+)
 
 __all__ = [
     "ROPE_FREQS",
@@ -389,7 +394,14 @@ def inflate(
     src_shape, small = read_gguf(src_gguf)
     plan = plan_inflation(src_shape, preset_id)
     label, _ = _target_shape(preset_id)
-    vocab = pad_vocab(read_vocab(gguf.GGUFReader(str(src_gguf))), plan.big.vocab_size)
+    # A real model's BPE (the JSON planner's Qwen2 vocabulary) is copied as it is, merges and
+    # chat template included; the planner's own word vocabulary is padded to the preset's size.
+    bpe = tokenizer_model(src_gguf) != "llama"
+    if bpe and src_shape.vocab_size != plan.big.vocab_size:
+        raise InflateError(f"{src_gguf}: its {src_shape.vocab_size}-token vocabulary is not "
+                           f"{label}'s {plan.big.vocab_size}; a real tokenizer is not padded")
+    vocab = None if bpe else pad_vocab(read_vocab(gguf.GGUFReader(str(src_gguf))),
+                                       plan.big.vocab_size)
     big = plan.big
     out_path = Path(out_path)
     tmp = out_path.with_name(out_path.name + ".tmp")
@@ -410,7 +422,10 @@ def inflate(
     write_head_dim(writer, big)
     ftype = gguf.LlamaFileType.ALL_F32 if dtype == "F32" else gguf.LlamaFileType.MOSTLY_F16
     writer.add_file_type(int(ftype))
-    write_tokenizer_metadata(writer, vocab)
+    if vocab is None:
+        copy_tokenizer_metadata(writer, src_gguf)
+    else:
+        write_tokenizer_metadata(writer, vocab)
     # Declare every tensor first (the header needs their shapes), then stream them in order.
     for name, shape in _tensor_names(plan).items():
         np_dtype = np.dtype(np.float16 if dtype == "F16" and len(shape) > 1 else np.float32)

@@ -36,6 +36,7 @@ from robot_latency.models.export import (
     gguf_tensor_names,
     write_llama_hparams,
 )
+from robot_latency.models.tokenizer import copy_tokenizer_metadata
 
 __all__ = ["COMPACT_FILE", "FULL_NAME", "build_full", "ensure_full", "read_compact",
            "write_compact"]
@@ -116,26 +117,6 @@ def read_compact(path: Path) -> tuple[GGUFShape, dict[str, np.ndarray], list[int
     return shape, tensors, ids, int(scalar(_NVOCAB_KEY)), str(scalar(_FAMILY_KEY))
 
 
-def _copy_tokenizer(writer: Any, vocab_gguf: Path) -> int:
-    """Copy every ``tokenizer.*`` key of ``vocab_gguf``; return its number of tokens."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(vocab_gguf))
-    n_tokens = 0
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        value = field.contents()
-        if key == "tokenizer.ggml.tokens":
-            n_tokens = len(value)
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_key_value(key, value, vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(key, value, vtype)
-    return n_tokens
-
-
 def build_full(compact: Path, out: Path, *, vocab_gguf: Path | None = None) -> Path:
     """Write the full-vocabulary GGUF llama.cpp loads (see the module docstring).
 
@@ -164,7 +145,7 @@ def build_full(compact: Path, out: Path, *, vocab_gguf: Path | None = None) -> P
     writer.add_name("robot_latency JSON planner")
     write_llama_hparams(writer, full)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    n_tokens = _copy_tokenizer(writer, vocab_gguf)
+    n_tokens = copy_tokenizer_metadata(writer, vocab_gguf)
     if n_tokens != n_vocab:
         writer.close()
         tmp.unlink(missing_ok=True)

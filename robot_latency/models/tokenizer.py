@@ -205,6 +205,36 @@ def write_tokenizer_metadata(writer: gguf.GGUFWriter, vocab: Vocab) -> None:
     writer.add_add_space_prefix(True)
 
 
+def copy_tokenizer_metadata(writer: gguf.GGUFWriter, source: str | Path) -> int:
+    """Copy every ``tokenizer.*`` key of the GGUF ``source`` (a real model's BPE vocabulary, its
+    merges, pre-tokenizer, special ids and chat template); return its number of tokens."""
+    import gguf as gguf_mod
+
+    reader = gguf_mod.GGUFReader(str(source))
+    n_tokens = 0
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        value = field.contents()
+        if key == "tokenizer.ggml.tokens":
+            n_tokens = len(value)
+        if vtype == gguf_mod.GGUFValueType.ARRAY:
+            writer.add_key_value(key, value, vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(key, value, vtype)
+    return n_tokens
+
+
+def tokenizer_model(source: str | Path) -> str:
+    """Return a GGUF's ``tokenizer.ggml.model`` (``llama``: the planner's own word vocabulary;
+    ``gpt2``: a real model's BPE, e.g. Qwen2's)."""
+    import gguf as gguf_mod
+
+    field = gguf_mod.GGUFReader(str(source)).get_field("tokenizer.ggml.model")
+    return str(field.contents()) if field is not None else "llama"
+
+
 def write_vocab_gguf(path: str | Path, vocab: Vocab | None = None) -> Path:
     """Write a vocabulary-only GGUF (llama hyper-parameters of a 1-layer stub, no tensors).
 

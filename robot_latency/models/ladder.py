@@ -47,6 +47,7 @@ from robot_latency.models.ladder_manifest import (
 
 __all__ = [
     "INFLATED_PREFIX",
+    "JSON_INFLATED_PREFIX",
     "LADDER",
     "VALID_QUANTS",
     "LadderError",
@@ -66,6 +67,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INFLATED_PREFIX = "planner-inflated-"
+#: The JSON planner (Qwen2's tokenizer) inflated into a preset's shape: ``<prefix><preset id>``.
+JSON_INFLATED_PREFIX = "planner-json-inflated-"
+
+
+def inflated_preset(name: str) -> tuple[str, str] | None:
+    """Return ``(bundled planner, preset id)`` for an inflated model's name (or a ladder file
+    of one, ``planner-json-inflated-qwen2.5-0.5b.Q8_0.gguf``), None for any other name."""
+    for prefix, planner in ((JSON_INFLATED_PREFIX, "planner-json"), (INFLATED_PREFIX, "planner")):
+        if name.startswith(prefix):
+            return planner, name[len(prefix):].split(".gguf")[0]
+    return None
 """Model names ``planner-inflated-<preset id>`` name the planner inflated into a preset's shape."""
 _LEVEL_SUFFIX = re.compile(r"\.(" + "|".join(re.escape(q) for q in VALID_QUANTS) + r")$", re.I)
 
@@ -234,12 +246,13 @@ def build_ladder(
     return man
 
 
-def ensure_inflated(planner: Path, preset: str, cache: Path) -> Path:
+def ensure_inflated(planner: Path, preset: str, cache: Path, *, name: str | None = None) -> Path:
     """Return the planner inflated into ``preset`` at F16, (re)making it when it is missing or
-    was made from another planner file (a sidecar records the source's sha256)."""
+    was made from another planner file (a sidecar records the source's sha256). ``name``: the
+    ladder's name (default ``planner-inflated-<preset>``)."""
     from robot_latency.models.inflate import InflateError, inflate
 
-    src = level_path(cache, INFLATED_PREFIX + preset, "F16")
+    src = level_path(cache, name or INFLATED_PREFIX + preset, "F16")
     sidecar = src.with_name(src.name + ".source.json")
     planner_sha = sha256_file(planner)
     if src.is_file() and sidecar.is_file():
@@ -268,24 +281,27 @@ def _resolve_source(model: str | None, cache: Path) -> tuple[Path, str]:
             return bundled_model_path(key or "planner"), key or "planner"
         except BundledModelError as err:
             raise LadderError(str(err)) from err
-    if key.startswith(INFLATED_PREFIX):
+    inflated = inflated_preset(key)
+    if inflated is not None:
         from robot_latency.floor.modelinfo import PRESETS
 
-        preset = key[len(INFLATED_PREFIX) :]
+        planner_name, preset = inflated
         if preset not in PRESETS:
-            valid = ", ".join(INFLATED_PREFIX + p for p in sorted(PRESETS))
+            prefix = key[: len(key) - len(preset)]
+            valid = ", ".join(prefix + p for p in sorted(PRESETS))
             raise LadderError(f"unknown inflated model {key!r}; valid: {valid}")
         try:
-            planner = bundled_model_path("planner")
+            planner = bundled_model_path(planner_name)
         except BundledModelError as err:
             raise LadderError(str(err)) from err
-        return ensure_inflated(planner, preset, cache), key
+        return ensure_inflated(planner, preset, cache, name=key), key
     path = Path(key).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path, _default_name(path)
     raise LadderError(
         f"unknown model {model!r}: give 'planner', 'planner-draft', 'planner-json', "
-        f"'{INFLATED_PREFIX}<preset>' or the path of an existing .gguf file"
+        f"'{INFLATED_PREFIX}<preset>', '{JSON_INFLATED_PREFIX}<preset>' or the path of an "
+        f"existing .gguf file"
     )
 
 
@@ -298,7 +314,8 @@ def ladder_model_path(
         model: None, ``""`` or ``"planner"`` (the bundled planner), ``"planner-draft"``,
             ``"planner-json"`` (the JSON planner's full-vocabulary GGUF, built on first use),
             ``"planner-inflated-<preset id>"`` (the planner inflated into that preset's shape; the
-            F16 inflation is made on first use), or a GGUF path.
+            F16 inflation is made on first use), ``"planner-json-inflated-<preset id>"`` (the
+            JSON planner so inflated), or a GGUF path.
         quant: a level name (``VALID_QUANTS``, any case).
         cache_dir: defaults to :func:`default_cache_dir`.
 

@@ -122,10 +122,10 @@ def resolve_model_file(model: str | None, quant: str | None) -> str | None:
     A path is used as it is (with ``quant``: its ladder level, built on first use); ``planner``,
     ``planner-draft`` and ``planner-inflated-<preset>`` are the shipped models.
     """
-    from robot_latency.models.ladder import INFLATED_PREFIX, ladder_model_path
+    from robot_latency.models.ladder import inflated_preset, ladder_model_path
 
     bundled_names = (None, "", "planner", "planner-draft")
-    named = model in bundled_names or (model is not None and model.startswith(INFLATED_PREFIX))
+    named = model in bundled_names or (model is not None and inflated_preset(model) is not None)
     if quant is None and not named:
         return model
     if quant is None and model in bundled_names:

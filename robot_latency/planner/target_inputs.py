@@ -23,7 +23,7 @@ from robot_latency.floor.devices import get_device
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.steps import StepPredictor, step_predictor
 from robot_latency.floor.target import resolve_calibration
-from robot_latency.models.ladder import INFLATED_PREFIX
+from robot_latency.models.ladder import inflated_preset
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.untimed import UntimedError, UntimedPass, run_untimed
 from robot_latency.streams import Command, CommandStream
@@ -37,9 +37,10 @@ def model_preset(model: str | None) -> str | None:
     file inflated from one (``planner-inflated-qwen2.5-0.5b.Q8_0.gguf``), else None."""
     if model is None:
         return None
-    name = Path(model).name
-    if name.startswith(INFLATED_PREFIX):
-        return name[len(INFLATED_PREFIX):].split(".gguf")[0].rsplit(".", 1)[0]
+    inflated = inflated_preset(Path(model).name)
+    if inflated is not None:
+        preset = inflated[1]
+        return preset.rsplit(".", 1)[0] if Path(model).suffix == ".gguf" else preset
     return None if Path(model).exists() else model
 
 

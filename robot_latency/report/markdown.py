@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from robot_latency.profiles.labels import LabelSet
 from robot_latency.report.client import (
@@ -33,6 +34,7 @@ from robot_latency.report.diagnose import (
     Diagnosis,
     diagnose,
 )
+from robot_latency.report.format_price import format_price_lines
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
 from robot_latency.report.table import fmt, markdown_lines, pct
@@ -248,20 +250,20 @@ def render_report(runs: Sequence[RunData], table_md: str,
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _target_lines(runs: Sequence[RunData], run_dirs: Sequence[str | os.PathLike[str]],
-                  rows: Sequence[object], ref_run: RunData | None, out: Path,
-                  transport_margin_ms: float | None = None) -> list[str]:
+def _target_lines(runs: Sequence[RunData], answers: Sequence[Any | None],
+                  rows: Sequence[Any], ref_run: RunData | None, out: Path) -> list[str]:
     """The opening section: the loop simulated on the target where the run directories keep an
-    untimed pass (target.json), else each record's own prediction (this host's token counts)."""
-    answers = simulated_answers(runs, run_dirs, transport_margin_ms=transport_margin_ms)
+    untimed pass (target.json), else each record's own prediction (this host's token counts);
+    then, where the runs use more than one output format, its price."""
+    price = format_price_lines(runs, rows, answers)
     if any(a is not None for a in answers):
         plot = plot_deadline_curve([a for a in answers if a is not None], out / CURVE_PLOT)
-        return simulated_section(answers, plot)
+        return [*simulated_section(answers, plot), *price]
     levels = [target_level(r, ref_run, runs) for r in runs]
     target_plot = plot_target_e2e(levels, out / TARGET_PLOT)
     return ["> No untimed pass in these run directories (target.json): the predictions below "
             "take each cycle's token counts from how far this host got, so they depend on this "
-            "host's speed.", "", *target_section(levels, rows, target_plot)]
+            "host's speed.", "", *target_section(levels, rows, target_plot), *price]
 
 
 def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
@@ -304,12 +306,12 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
             f"{ref.reference_reason}." if ref is not None and ref.reference else "")
     # The opening section: the target's answer per level (robot_latency.report.target).
     ref_run = next((r for r in runs if ref is not None and r.label == ref.reference), None)
+    answers = simulated_answers(runs, run_dirs, transport_margin_ms=transport_margin_ms)
     judged = correctness_for(runs, run_dirs, labels=labels, comparison=out / "comparison.json",
                              transport_margin_ms=transport_margin_ms)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=_target_lines(runs, run_dirs, rows, ref_run, out,
-                                                     transport_margin_ms),
+                         target_lines=_target_lines(runs, answers, rows, ref_run, out),
                          host_warnings=[host_load_warning(d) for d in run_dirs],
                          correctness_md=correctness_markdown(judged) if judged else "")
     path = out / REPORT_NAME

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 WARM_UP_COMMAND = "pick up the red cup and put it on the tray"
 #: Tokens generated at most: the first decodes are the cold ones.
 WARM_UP_MAX_TOKENS = 8
+#: The warm-up is given up after this long at least (ms), or the loop's deadline if longer: it
+#: is start-up, not a cycle. Given up at the deadline (1.5 s), a cold first generation on this
+#: busy 2-core host was cut off before its first token, and the first goal was still late.
+WARM_UP_LIMIT_MS = 30_000.0
 
 
 @dataclass
@@ -49,12 +53,13 @@ class WarmUp:
 
 
 def warm_up(loop: PlannerLoop, command: str = WARM_UP_COMMAND) -> WarmUp:
-    """Run one generation of ``command`` through ``loop``'s runner, given up at the loop's
-    deadline, and wait until the engine is free again (an aborted generation finished).
+    """Run one generation of ``command`` through ``loop``'s runner, given up after the loop's
+    deadline or :data:`WARM_UP_LIMIT_MS`, the longer, and wait until the engine is free again
+    (an aborted generation finished).
 
     Call it in the loop's thread before the loop runs. Never raises for the engine.
     """
-    deadline_ns = round(loop.config.deadline_ms * 1e6)
+    deadline_ns = round(max(loop.config.deadline_ms, WARM_UP_LIMIT_MS) * 1e6)
     start = loop.clock()
     give_up = start + deadline_ns
     prompt = loop.planning.build(command, None)

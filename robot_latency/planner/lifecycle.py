@@ -42,6 +42,7 @@ from robot_latency.planner.budget import (
 from robot_latency.planner.loop import PlannerLoop, Publisher, Runner
 from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
+from robot_latency.planner.warmup import WarmUp, warm_up
 from robot_latency.profiles.labels import Label, LabelSet
 from robot_latency.records import CycleRecord, JsonlSink, RecordError, read_records
 from robot_latency.rosenv import ros_facts
@@ -98,6 +99,8 @@ class PlannerRun:
                                 run_id=self.log_dir.name + "-" + str(os.getpid()))
         self.started_wall = time.time()
         self.closed = False
+        #: what the warm-up generation took (:meth:`run_warm_up`); None: none ran
+        self.warm_up: dict[str, Any] | None = None
         self._write_manifest(status="running")
 
     # --- set-up ------------------------------------------------------------------------------
@@ -162,6 +165,14 @@ class PlannerRun:
         self._write_manifest(status="running")
         log.info("planner loop thread: %s", self.loop_thread)
         return self.loop_thread
+
+    def run_warm_up(self) -> WarmUp:
+        """Run the warm-up generation (:mod:`robot_latency.planner.warmup`) in the calling
+        thread, the loop's, before its first cycle; kept in the manifest and the summary."""
+        result = warm_up(self.loop)
+        self.warm_up = result.to_dict()
+        self._write_manifest(status="running")
+        return result
 
     @staticmethod
     def _make_telemetry() -> Any:
@@ -271,6 +282,7 @@ class PlannerRun:
             "ros": ros_facts().to_dict(),
             "host": host_facts(),
             "started_unix": self.started_wall,
+            "warm_up": self.warm_up,
             **cfg.settings.extra,
         }
 
@@ -306,6 +318,7 @@ class PlannerRun:
         summary["records_not_written"] = self.loop.sink_errors
         summary["transport_margin"] = self.loop.transport.summary()
         summary["publish_margin"] = self.loop.publish_margin.summary()
+        summary["warm_up"] = self.warm_up
         write_summary(summary, self.log_dir / "summary.json")
         self._write_manifest(status="finished")
         return summary

@@ -41,6 +41,7 @@ class PlannerDriver:
         id_prefix: command ids are ``f"{id_prefix}{n}"``, n counting from 0.
         runner: an engine runner already loaded (kept running when the run closes); None:
             the run starts its own and stops it at close.
+        warm: run the warm-up generation in the loop's thread before the first cycle.
 
     Raises:
         RunError: the run cannot start (log directory, model, engine).
@@ -48,8 +49,10 @@ class PlannerDriver:
 
     def __init__(self, config: ResolvedRun, *, publish_plan: Callable[[dict[str, Any]], None],
                  on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
-                 id_prefix: str = "cmd-", runner: Runner | None = None) -> None:
+                 id_prefix: str = "cmd-", runner: Runner | None = None,
+                 warm: bool = True) -> None:
         self.max_cycles = max_cycles
+        self.warm = warm
         self.id_prefix = id_prefix
         self.run = PlannerRun(config, publish=publish_plan, on_record=on_record, runner=runner)
         self.loop = self.run.loop
@@ -90,7 +93,9 @@ class PlannerDriver:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the loop thread, once its CPU budget (cores, priority) is in effect.
+        """Start the loop thread; return once its CPU budget (cores, priority) is in effect and
+        the engine is warm (:attr:`warm`: one generation thrown away,
+        :mod:`robot_latency.planner.warmup`), before its first cycle.
 
         Raises:
             RunError: the budget cannot be applied (the thread has ended; nothing ran).
@@ -109,7 +114,13 @@ class PlannerDriver:
         except RunError as err:
             self.error = err
             self.finished.set()
+            self._budget_applied.set()
             return
+        try:
+            if self.warm:
+                self.run.run_warm_up()
+        except Exception:  # the engine's errors are each cycle's; this is a bug: say so, go on
+            log.exception("warm-up generation failed")
         finally:
             self._budget_applied.set()
         try:

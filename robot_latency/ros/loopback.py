@@ -97,6 +97,11 @@ class TransportProbe:
         self._ack_sub = node.create_subscription(String, ACK_TOPIC, self._on_ack, _qos())
         self._timer: Any = node.create_timer(PING_PERIOD_S, self._ping)
 
+    @property
+    def pinging(self) -> bool:
+        """Whether the start-up loopback pings are still going on."""
+        return self._timer is not None
+
     def plan_published(self, cycle: Any) -> None:
         """Note the time just before the plan of ``cycle`` is published (the loop's thread)."""
         if isinstance(cycle, int):

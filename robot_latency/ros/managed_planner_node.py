@@ -169,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             executor.add_node(node)
             spin_until(executor, stop, period_s=0.1)
             executor.remove_node(node)
+            executor.shutdown()
         finally:
             if node is not None:
-                node.on_shutdown(LifecycleState(0, "signal"))
+                node.on_shutdown(LifecycleState(0, "signal"))  # the action server destroyed too
                 node.destroy_node()
         return 0
 

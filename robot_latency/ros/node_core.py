@@ -61,6 +61,7 @@ from robot_latency.ros.params import (
     planner_settings,
 )
 from robot_latency.ros.plan_outputs import PlanOutputs, plan_qos  # noqa: F401  (re-exported)
+from robot_latency.ros.readiness import core_readiness
 from robot_latency.ros.standing_errors import StandingErrors
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
@@ -137,8 +138,9 @@ class PlannerCore:
         #: ERROR statuses repeated until cleared (a failed start-up or transition)
         self.standing = StandingErrors(node, self._publish_reports,
                                        float(_BY_NAME["diagnostics_period_s"].default))
-        # A plain publisher in every state: a failed start-up or transition is reported on it.
+        # Plain publishers in every state: a failed start-up or transition, and planner/ready.
         self._diag_pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, 10)
+        self.readiness = core_readiness(self)
 
     @property
     def logger(self) -> Any:
@@ -291,7 +293,8 @@ class PlannerCore:
         return driver
 
     def start_loop(self) -> None:
-        """Start the open run's loop thread and the diagnostics timer.
+        """Start the open run's loop thread (it returns once the engine is warm), the
+        diagnostics timer and the readiness check (:mod:`robot_latency.ros.readiness`).
 
         The loop's CPU budget is applied in its thread: a real-time priority this user may not
         use is refused here, before any cycle runs; the run is then closed.
@@ -306,14 +309,13 @@ class PlannerCore:
             self.close_run()
             raise NodeStepError(f"planner loop could not start: {err}", EXIT_RUN_FAILED) from err
         self.start_diagnostics()
+        self.readiness.arm()  # true once the loopback pings are back too
 
     def close_run(self) -> dict[str, Any] | None:
-        """Stop the loop after its cycle, close the run (log flushed, summary.json written).
-
-        Returns:
-            The run's summary; None when no run was open.
-        """
+        """Stop the loop after its cycle, close the run (log flushed, summary.json written);
+        return the run's summary (None when no run was open). ``planner/ready`` says false."""
         self.stop_diagnostics()
+        self.readiness.clear()
         driver, self.driver = self.driver, None
         if driver is None:
             return None
@@ -321,8 +323,8 @@ class PlannerCore:
             self.outputs.actions.abort_open()  # nothing plans them any more
         summary = driver.close()
         self.summaries.append(summary)
-        self.logger.info(f"run closed: {summary.get('cycles')} cycles, "
-                         f"{summary.get('deadline_misses')} deadline misses, in "
+        cycles, misses = summary.get("cycles"), summary.get("deadline_misses")
+        self.logger.info(f"run closed: {cycles} cycles, {misses} deadline misses, in "
                          f"{driver.run.log_dir}")
         return summary
 
@@ -330,15 +332,13 @@ class PlannerCore:
     def topics_line(self) -> str:
         """Return where the node listens and publishes, names resolved (for a log line)."""
         name = self.node.resolve_topic_name
-        return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), "
-                f"out {name(PLAN_TOPIC)}, {name(CYCLE_STATS_TOPIC)}; action "
-                f"{self.node.resolve_topic_name(PLAN_ACTION)}")
+        return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), out {name(PLAN_TOPIC)}, "
+                f"{name(CYCLE_STATS_TOPIC)}; action {name(PLAN_ACTION)}")
 
     def _on_command(self, msg: String) -> None:
         # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
         # as it is: the loop refuses it with a logged warning and answers with a fallback.
-        # A tagged command ({"command_id", "text"} JSON, from a client-edge replayer) keeps the
-        # sender's id, so the sender can match the plan to it.
+        # A tagged command ({"command_id", "text"} JSON, from a client edge) keeps its id.
         driver = self.driver
         if driver is None:  # a plan published now would go nowhere
             self.logger.warning("command received while not active: dropped")

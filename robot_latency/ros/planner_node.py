@@ -17,6 +17,10 @@ Topics (relative names: in the root namespace they are the absolute names below;
     out  /diagnostics      diagnostic_msgs/DiagnosticArray   health by thresholds
     both planner/latency_probe  std_msgs/String  loopback pings at start-up, while the
                                               transport margin is measured
+    out  planner/ready     std_msgs/Bool      transient local: true once the node serves plans
+                                              on time (model loaded and warm, loop running,
+                                              pings back), false after the run closes
+                                              (:mod:`robot_latency.ros.readiness`)
 
 The names are :mod:`robot_latency.ros.topics`'; everything the node does is
 :class:`~robot_latency.ros.node_core.PlannerCore`'s, shared with ``managed_planner_node``.
@@ -88,7 +92,7 @@ class PlannerNode(CoreNode, Node):
             return
         cfg, p = settings.run, settings.run.settings
         self.get_logger().info(
-            f"planner ready: engine {cfg.engine} ({cfg.label}), target {cfg.target_device}, "
+            f"planner loaded: engine {cfg.engine} ({cfg.label}), target {cfg.target_device}, "
             f"{p.mode} mode, period {p.period_ms:g} ms, deadline {p.deadline_ms:g} ms; "
             f"profile {driver.run.planning.profile.name}; {self.core.topics_line()}; "
             f"log {cfg.log_dir}")
@@ -124,6 +128,17 @@ class PlannerNode(CoreNode, Node):
         """Stop the loop, close the run (log flushed, summary.json written); return the summary."""
         return self.core.close_run()
 
+    def destroy_node(self) -> None:
+        """Close the run, then remove what the node made, the action server first, then the node.
+
+        rclpy's ``destroy_node`` leaves an action server (a waitable) alone, and the server keeps
+        the node's handle alive: both would be finalized at interpreter exit, after rclpy's
+        shutdown, in no set order.
+        """
+        self.core.close_run()
+        self.core.unconfigure()
+        super().destroy_node()
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the planner node until SIGINT / SIGTERM (or ``max_cycles``); return the exit status."""
@@ -131,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     # handler would shut the context down under the loop thread's feet).
     with ros_main(argv, log) as stop:
         node: PlannerNode | None = None
+        executor: SingleThreadedExecutor | None = None
         status = EXIT_OK
         try:
             node = PlannerNode()
@@ -146,11 +162,15 @@ def main(argv: list[str] | None = None) -> int:
             if driver.error is not None:
                 status = EXIT_RUN_FAILED
             node.close()
-            executor.remove_node(node)
         finally:
+            # In order, before rclpy shuts down: the run, the node's entities, the node, the
+            # executor (nothing of rclpy is left to be finalized at interpreter exit).
+            if executor is not None and node is not None:
+                executor.remove_node(node)
             if node is not None:
-                node.close()  # a no-op once closed
                 node.destroy_node()
+            if executor is not None:
+                executor.shutdown()
         return status
 
 

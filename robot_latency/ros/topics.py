@@ -39,6 +39,11 @@ PROBE_TOPIC = "planner/latency_probe"
 #: in: a receiver acknowledges each plan by publishing its ``cycle`` (as text) here; the node
 #: takes the round trip into its transport margin (the client edge, ``bag_replayer``, does).
 ACK_TOPIC = "planner/plan_ack"
+#: out: whether the node serves plans now (std_msgs/Bool, transient local: a late subscriber
+#: gets the latest): true once the engine is loaded and warm, the loop runs, the action is
+#: served and the loopback pings are back; false while no run is open
+#: (:mod:`robot_latency.ros.readiness`).
+READY_TOPIC = "planner/ready"
 #: out: health by thresholds (diagnostic_msgs/DiagnosticArray).
 DIAGNOSTICS_TOPIC = "/diagnostics"
 
@@ -65,6 +70,7 @@ PLANNER_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(PLAN_TOPIC, PLAN_TYPE, "pub"),
     Endpoint(CYCLE_STATS_TOPIC, CYCLE_STATS_TYPE, "pub"),
     Endpoint(DIAGNOSTICS_TOPIC, _DIAG, "pub"),
+    Endpoint(READY_TOPIC, "std_msgs/msg/Bool", "pub"),
 )
 
 #: Added while ``cycle_json`` is true (the default for this release): the JSON cycle record.

@@ -56,8 +56,9 @@ def test_a_newer_command_while_the_model_works(tmp_path: Path, policy: str) -> N
         if rec.command_id == "a" and policy == "preempt":
             release()
 
+    # no warm-up generation: this test scripts the engine's steps (the permits) itself
     with PlannerDriver(run, publish_plan=plans.append, on_record=on_record,
-                       max_cycles=0) as driver:
+                       max_cycles=0, warm=False) as driver:
         driver.start()
         driver.submit(CUP, "a")
         _wait(permits.empty, "the engine to block in command a's generation")

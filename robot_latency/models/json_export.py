@@ -44,6 +44,12 @@ __all__ = ["COMPACT_FILE", "FULL_NAME", "build_full", "ensure_full", "read_compa
 logger = logging.getLogger(__name__)
 
 COMPACT_FILE = "planner-json.compact.gguf"
+#: The full file's context length. The model trained on rows of up to 1,024 tokens (the
+#: 512-token system prompt, command and plan); the engine checks at load that the prefix, the
+#: longest command the loop accepts (``max_command_chars``, counted as characters, an upper
+#: bound on tokens) and ``max_tokens`` fit, which takes 1,274. Positions past the trained ones
+#: are reached only by a command of several hundred characters.
+FULL_CONTEXT = 2048
 #: The full-vocabulary file's name in the model cache (``<name>.F16.gguf``, a ladder source).
 FULL_NAME = "planner-json"
 _IDS_KEY = "robot_latency.token_ids"
@@ -138,7 +144,8 @@ def build_full(compact: Path, out: Path, *, vocab_gguf: Path | None = None) -> P
 
     shape, tensors, ids, n_vocab, family = read_compact(compact)
     vocab_gguf = vocab_gguf or vocab_path(family)
-    full = GGUFShape(**{**shape.__dict__, "vocab_size": n_vocab})
+    full = GGUFShape(**{**shape.__dict__, "vocab_size": n_vocab,
+                        "context_length": max(shape.context_length, FULL_CONTEXT)})
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     writer = gguf.GGUFWriter(str(tmp), "llama")
@@ -176,7 +183,7 @@ def build_full(compact: Path, out: Path, *, vocab_gguf: Path | None = None) -> P
 
 def ensure_full(compact: Path, cache_dir: Path, *, expect_sha256: str | None = None) -> Path:
     """Return the full-vocabulary GGUF in ``cache_dir``, building it when it is missing or was
-    built from another compact file (a sidecar records the compact file's sha256).
+    built from another compact file or at another context length (a sidecar records both).
 
     Args:
         compact: the shipped compact model.
@@ -189,7 +196,9 @@ def ensure_full(compact: Path, cache_dir: Path, *, expect_sha256: str | None = N
     source_sha = sha256_file(compact)
     if out.is_file() and sidecar.is_file():
         try:
-            if json.loads(sidecar.read_text()).get("source_sha256") == source_sha:
+            made = json.loads(sidecar.read_text())
+            if (made.get("source_sha256") == source_sha
+                    and made.get("context_length") == FULL_CONTEXT):
                 return out
         except (OSError, ValueError):
             pass  # unreadable sidecar: build again
@@ -199,5 +208,6 @@ def ensure_full(compact: Path, cache_dir: Path, *, expect_sha256: str | None = N
         logger.warning("%s: sha256 %s, the manifest records %s (same weights, another layout?)",
                        out, sha, expect_sha256)
     sidecar.write_text(json.dumps({"source": str(compact), "source_sha256": source_sha,
-                                   "sha256": sha}, indent=2) + "\n")
+                                   "context_length": FULL_CONTEXT, "sha256": sha},
+                                  indent=2) + "\n")
     return out

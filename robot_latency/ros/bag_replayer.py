@@ -38,7 +38,7 @@ from typing import Any
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
+from std_msgs.msg import Bool, String
 
 from robot_latency.report.client import write_client_log
 from robot_latency.ros.action_client import GoalSender
@@ -48,8 +48,15 @@ from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
 from robot_latency.ros.param_spec import ParamError
 from robot_latency.ros.plan_msg import plan_envelope
+from robot_latency.ros.readiness import ready_qos
 from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
-from robot_latency.ros.topics import ACK_TOPIC, COMMAND_TOPIC, PLAN_JSON_TOPIC, PLAN_TOPIC
+from robot_latency.ros.topics import (
+    ACK_TOPIC,
+    COMMAND_TOPIC,
+    PLAN_JSON_TOPIC,
+    PLAN_TOPIC,
+    READY_TOPIC,
+)
 from robot_latency.streams import CommandStream, StreamError, read_stream
 from robot_latency_interfaces.msg import Plan
 
@@ -111,6 +118,11 @@ class BagReplayerNode(Node):
             self.plan_sub = self.create_subscription(
                 plan_type, plan_topic, self._on_plan,
                 QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+        # The planner's readiness (transient local: a late joiner reads the latest state).
+        self.planner_ready = not s.wait_for_ready
+        if s.wait_for_ready:
+            self.ready_sub = self.create_subscription(Bool, READY_TOPIC, self._on_ready,
+                                                      ready_qos())
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
@@ -135,8 +147,14 @@ class BagReplayerNode(Node):
         self._tagged_send(f"{item.command_id}@{item.play}", item.text,
                           stream_command_id=item.command_id, play=item.play)
 
+    def _on_ready(self, msg: Bool) -> None:
+        self.planner_ready = bool(msg.data)
+
     def ready(self) -> bool:
-        """Whether the planner is there: its action server, or enough command subscribers."""
+        """Whether the planner is there: its action server, or enough command subscribers,
+        and (``wait_for_ready``) its planner/ready true."""
+        if not self.planner_ready:
+            return False
         if self.goals is not None:
             return self.goals.server_ready()
         return self.publisher.get_subscription_count() >= self.settings.min_subscribers
@@ -202,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{publisher.get_subscription_count()} of {s.min_subscribers} "
                     f"subscriber(s) on {publisher.topic_name}"
                     + (", no PlanCommand action server" if node.goals is not None else "")
+                    + ("" if node.planner_ready else ", planner/ready not true")
                     + f" after {s.wait_for_subscriber_s:g} s; replaying anyway")
             spin_until(executor, stop, deadline_s=time.monotonic() + s.start_delay_s)
             start_ns = time.perf_counter_ns()

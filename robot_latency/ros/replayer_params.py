@@ -32,6 +32,10 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("wait_for_subscriber_s", 10.0, "double",
               "wait at most this long for min_subscribers subscribers to the command topic "
               "before starting (s)", low=0.0, high=3600.0),
+    ParamSpec("wait_for_ready", True, "bool",
+              "also wait (within wait_for_subscriber_s) for the planner's planner/ready to say "
+              "true: its engine loaded and warm, its loop running; a planner that does not "
+              "publish it (another node) is waited for the whole wait_for_subscriber_s"),
     ParamSpec("min_subscribers", 1, "integer",
               "subscribers to wait for: the planner, plus any recorder or monitor listening "
               "too (a command sent before a subscriber is matched never reaches it)",
@@ -80,6 +84,7 @@ class ReplayerSettings:
     deadline_ms: float | None = None
     send_via: str = "topic"
     plan_json: bool = False
+    wait_for_ready: bool = True
 
 
 def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
@@ -103,4 +108,5 @@ def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
                             client_log_dir=(Path(v["client_log_dir"]).expanduser()
                                             if v["client_log_dir"].strip() else None),
                             deadline_ms=v["deadline_ms"] or None,
-                            send_via=v["send_via"].strip(), plan_json=v["plan_json"])
+                            send_via=v["send_via"].strip(), plan_json=v["plan_json"],
+                            wait_for_ready=v["wait_for_ready"])

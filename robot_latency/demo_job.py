@@ -198,28 +198,85 @@ def stream_labels_of(stream: Path) -> Any:
     return labels_of_stream(stream, schema=plan_json_schema())
 
 
+#: The main job's output formats: the JSON planner (Qwen2's tokenizer, chat prompt, JSON plan)
+#: and the compact action language of the first planner.
+PLANNERS = {"json": ("planner-json", "bundled-json"), "compact": ("planner", "")}
+
+
 @dataclass(frozen=True)
 class MainJob:
     """The main job's options (``robot-latency demo``; ``make demo`` takes the defaults).
 
-    400 ms sits between the levels' typical plan times on a 2-core machine: the job shows how
-    the miss rate moves with the quant level, not a row of zeros or of ones.
+    The levels are the JSON planner's, what an instruct model writes (``planner="json"``), and
+    ``compact_quant`` adds the compact action language at one level, for the output format's
+    price. 1,500 ms sits between the JSON levels' plan times on a 2-core machine, played at 2x:
+    the job shows how the miss rate moves with the quant level, not a row of zeros or of ones.
     """
 
     out_dir: Path = Path("runs/demo")
     quants: tuple[str, ...] = ("Q8_0", "Q4_K_M", "Q4_0")
+    planner: str = "json"
+    compact_quant: str = "Q4_0"
     inflate: str = "qwen2.5-0.5b"
     stream: Path | None = None
-    speed: float = 3.0
+    speed: float = 2.0
     mode: str = "event"
-    deadline_ms: float = 400.0
-    period_ms: float = 500.0
+    deadline_ms: float = 1500.0
+    period_ms: float = 1500.0
     device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     context_tokens: int = 32
     profile: str = ""
     on_new_command: str = RunSettings().on_new_command
     send_via: str = "topic"
+
+
+@dataclass(frozen=True)
+class DemoLevel:
+    """One level the main job times: its label, file and planner profile ("" the default)."""
+
+    label: str
+    quant: str
+    path: Path
+    profile: str
+    size_bytes: int
+    bpw: float
+
+
+def demo_levels(job: MainJob, cache: Path) -> tuple[list[DemoLevel], list[str]]:
+    """Build (or reuse) the job's levels in the model cache; return them and a line per ladder.
+
+    Raises:
+        DemoError: an unknown planner; LadderError: a level cannot be built.
+    """
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.ladder import (
+        INFLATED_PREFIX,
+        JSON_INFLATED_PREFIX,
+        build_ladder,
+        ensure_inflated,
+    )
+
+    if job.planner not in PLANNERS:
+        raise DemoError(f"planner {job.planner!r}: give one of {', '.join(PLANNERS)}")
+    wanted = [(job.planner, q, q) for q in job.quants]
+    if job.planner == "json" and job.compact_quant:
+        wanted.append(("compact", job.compact_quant, f"compact-{job.compact_quant}"))
+    levels, lines = [], []
+    for planner in dict.fromkeys(p for p, _, _ in wanted):
+        bundled, profile = PLANNERS[planner]
+        t0 = time.perf_counter()
+        name = (JSON_INFLATED_PREFIX if planner == "json" else INFLATED_PREFIX) + job.inflate
+        src = ensure_inflated(bundled_model_path(bundled), job.inflate, cache, name=name)
+        quants = tuple(q for p, q, _ in wanted if p == planner)
+        man = build_ladder(src, cache, quants=quants, name=name)
+        lines.append(f"{man.name}: built {', '.join(man.built) or 'nothing (all current)'} in "
+                     f"{time.perf_counter() - t0:.1f} s")
+        levels += [DemoLevel(label, q, man.path(q), (job.profile or profile)
+                             if planner == job.planner else profile,
+                             man.levels[q].bytes, man.levels[q].effective_bpw)
+                   for p, q, label in wanted if p == planner]
+    return levels, lines
 
 
 def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
@@ -239,13 +296,7 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     from robot_latency.floor.modelinfo import resolve_model
     from robot_latency.floor.predict import predict_floor
     from robot_latency.floor.probe import load_or_probe_host
-    from robot_latency.models.bundled import bundled_model_path
-    from robot_latency.models.ladder import (
-        INFLATED_PREFIX,
-        build_ladder,
-        default_cache_dir,
-        ensure_inflated,
-    )
+    from robot_latency.models.ladder import default_cache_dir
     from robot_latency.report.client import edge_markdown
     from robot_latency.report.compare import compare_runs, to_markdown
     from robot_latency.report.correctness import correctness_markdown, correctness_rows
@@ -259,40 +310,41 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     if not job.quants:
         raise DemoError("quants: give at least one level")
     cache = default_cache_dir()
-    say(f"[1/3] models: the shipped planner inflated into the {job.inflate} shape, "
-        f"levels {', '.join(job.quants)} (cache {cache})")
-    src = ensure_inflated(bundled_model_path("planner"), job.inflate, cache)
-    man = build_ladder(src, cache, quants=job.quants, name=INFLATED_PREFIX + job.inflate)
-    built = ", ".join(man.built) or "nothing (all current)"
-    say(f"{man.name}: built {built} in {time.perf_counter() - t_start:.1f} s")
-    say(markdown_table(["quant", "MB", "bits/weight", "file"],
-                       [[q, f"{lv.bytes / 1e6:.1f}", f"{lv.effective_bpw:.2f}", str(lv.file)]
-                        for q, lv in man.levels.items()]))
+    extra = (f", and the compact action language at {job.compact_quant}"
+             if job.planner == "json" and job.compact_quant else "")
+    say(f"[1/3] models: the shipped {job.planner} planner inflated into the {job.inflate} "
+        f"shape, levels {', '.join(job.quants)}{extra} (cache {cache})")
+    levels, built = demo_levels(job, cache)
+    for line in built:
+        say(line)
+    say(markdown_table(["level", "profile", "MB", "bits/weight", "file"],
+                       [[lv.label, lv.profile or "default", f"{lv.size_bytes / 1e6:.1f}",
+                         f"{lv.bpw:.2f}", str(lv.path)] for lv in levels]))
     stream = Path(job.stream) if job.stream else SHIPPED_DIR / "steady_operator"
     say(f"\n[2/3] bandwidth floor of these files on this host and the Orin modules "
         f"(ms per token at {job.context_tokens} tokens of context):")
     host = load_or_probe_host()
     devices = [host, *(d for d in DEVICES.values() if d.family.startswith("orin"))]
-    models = {q: resolve_model(str(man.path(q))) for q in job.quants}
+    models = {lv.label: resolve_model(str(lv.path)) for lv in levels}
+    ctx = job.context_tokens
     rows = [[d.id, f"{d.bandwidth_gbps:.4g}",
-             *(f"{predict_floor(models[q], d, context_tokens=job.context_tokens).itl_floor_ms:.2f}"
-               for q in job.quants)] for d in devices]
-    say(markdown_table(["device", "GB/s", *job.quants], rows))
+             *(f"{predict_floor(m, d, context_tokens=ctx).itl_floor_ms:.2f}"
+               for m in models.values())] for d in devices]
+    say(markdown_table(["device", "GB/s", *models], rows))
     say(f"\n[3/3] replaying {stream} (x{job.speed:g}) through planner_node and bag_replayer "
         f"over ROS 2 (Fast DDS), deadline {job.deadline_ms:g} ms, one configuration per level")
     # The default CPU budget: the loop not pinned and woken early (it sleeps most of the
     # cycle), the engine niced on every core (its prefill threads use them all): the model gets
     # the machine, the fallback stays on time (robot_latency/planner/budget.py).
-    budget: dict[str, str] = {}
-    configs = [DemoConfig(label=q, params={
-        "engine": "llamacpp", "model": str(man.path(q)), "target_device": job.device,
+    configs = [DemoConfig(label=lv.label, params={
+        "engine": "llamacpp", "model": str(lv.path), "target_device": job.device,
         "mode": job.mode, "deadline_ms": float(job.deadline_ms),
-        "period_ms": float(max(job.period_ms, job.deadline_ms)), **budget,
+        "period_ms": float(max(job.period_ms, job.deadline_ms)),
         "on_new_command": job.on_new_command,
-        **({"planner_profile": job.profile} if job.profile else {}),
+        **({"planner_profile": lv.profile} if lv.profile else {}),
         **({"n_threads": job.n_threads} if job.n_threads else {})},
-        replayer={"send_via": job.send_via}) for q in job.quants]
-    targets = untimed_passes(job, {q: str(man.path(q)) for q in job.quants}, stream, say)
+        replayer={"send_via": job.send_via}) for lv in levels]
+    targets = untimed_passes(job, levels, stream, say)
     labels = stream_labels_of(stream)
     runs, report = run_demo(configs, stream=stream, out_dir=out, speed=job.speed, progress=True,
                             targets=targets, labels=labels)
@@ -302,13 +354,15 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     if any(r.correct_n for r in judged):
         say("\n" + correctness_markdown(judged))
     say("\n" + edge_markdown(runs))
+    price = report.read_text(encoding="utf-8").split("\n## The output format's price\n", 1)
+    if len(price) == 2:
+        say("\nThe output format's price" + price[1].split("\n## ", 1)[0].rstrip())
     say(f"\nreport with plots: {report}")
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return report
 
 
-
-def untimed_passes(job: MainJob, models: dict[str, str], stream: Path,
+def untimed_passes(job: MainJob, levels: Sequence[DemoLevel], stream: Path,
                    say: Callable[[str], None]) -> dict[str, Any]:
     """Run (or load from the cache) the untimed pass of ``stream`` per level: the facts of each
     command that do not depend on this host's speed (robot_latency.planner.untimed)."""
@@ -317,15 +371,15 @@ def untimed_passes(job: MainJob, models: dict[str, str], stream: Path,
 
     commands = read_stream(stream)
     out: dict[str, Any] = {}
-    for q, path in models.items():
+    for lv in levels:
         t0 = time.perf_counter()
         settings = RunSettings(
-            log_dir=Path(job.out_dir) / ".untimed", model=path,
+            log_dir=Path(job.out_dir) / ".untimed", model=str(lv.path),
             target_device=job.device, mode=job.mode, deadline_ms=float(job.deadline_ms),
             period_ms=float(max(job.period_ms, job.deadline_ms)),
-            on_new_command=job.on_new_command, profile=job.profile or None,
+            on_new_command=job.on_new_command, profile=lv.profile or None,
             n_threads=job.n_threads)
-        out[q] = untimed_inputs(settings, commands, speed=job.speed)
-        say(f"untimed pass {q}: {len(commands.commands)} commands in "
-            f"{time.perf_counter() - t0:.1f} s (key {out[q].untimed.key[:12]})")
+        out[lv.label] = untimed_inputs(settings, commands, speed=job.speed)
+        say(f"untimed pass {lv.label}: {len(commands.commands)} commands in "
+            f"{time.perf_counter() - t0:.1f} s (key {out[lv.label].untimed.key[:12]})")
     return out

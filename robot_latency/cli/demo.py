@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from robot_latency.cli.common import UsageError, echo, nonneg_int, quant_list_arg, split_list
-from robot_latency.demo_job import MainJob, main_job
+from robot_latency.demo_job import PLANNERS, MainJob, main_job
 from robot_latency.hostcheck.load import HostLoad, LoadWatch
 from robot_latency.planner.config import ON_NEW_COMMAND
 
@@ -73,6 +73,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         echo(f"the previous run in {out} is kept as {kept}")
     watch = LoadWatch().start()
     report = main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
+                              planner=args.planner, compact_quant=args.compact_quant,
                               stream=Path(args.stream) if args.stream else None,
                               speed=args.speed, mode=args.mode, deadline_ms=args.deadline_ms,
                               period_ms=args.period_ms, device=args.device,
@@ -88,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``robot-latency`` parser."""
     p = sub.add_parser(
         "demo", help="the main job: quant levels of the inflated planner through ROS 2",
-        description="Builds the inflated planner's quant levels (nothing downloaded), prints "
+        description="Builds the inflated JSON planner's quant levels and the compact action "
+                    "language at one level (nothing downloaded), prints "
                     "their bandwidth floors on this host and the Orin modules, replays a "
                     "bundled command stream through the planner_node and bag_replayer "
                     "processes over ROS 2 for each level, then prints the comparison and "
@@ -97,6 +99,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run directory (default %(default)s); a previous run there is moved "
                         "aside to OUT.<its time>, never deleted")
     quant_list_arg(p, "--quants", default=",".join(_D.quants))
+    p.add_argument("--planner", default=_D.planner, choices=tuple(PLANNERS),
+                   help="the levels' planner: json (Qwen2 tokenizer, chat prompt, JSON plan under "
+                        "the schema's grammar) or compact (the action language); default "
+                        "%(default)s")
+    p.add_argument("--compact-quant", default=_D.compact_quant,
+                   help="with --planner json, also time the compact action language at this "
+                        "level, for the output format's price ('' skips it; default "
+                        "%(default)s)")
     p.add_argument("--inflate", default=_D.inflate, help="preset shape to inflate into")
     p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")
     p.add_argument("--speed", type=float, default=_D.speed)
@@ -106,7 +116,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=_D.device, help="target device for predictions")
     p.add_argument("--n-threads", type=int, default=0,
                    help="engine decode threads (0: the default, one per engine core)")
-    p.add_argument("--profile", default=None, help="planner profile (default: bundled-actions)")
+    p.add_argument("--profile", default=None,
+                   help="the levels' planner profile (default: bundled-json for --planner json, "
+                        "bundled-actions for compact)")
     p.add_argument("--context", type=nonneg_int, default=_D.context_tokens,
                    help="context tokens for the floor table")
     p.add_argument("--on-new-command", default=_D.on_new_command, choices=ON_NEW_COMMAND,

@@ -120,11 +120,12 @@ def resolve_model_file(model: str | None, quant: str | None) -> str | None:
     """Return the GGUF to load for a model name or path and a quant level.
 
     A path is used as it is (with ``quant``: its ladder level, built on first use); ``planner``,
-    ``planner-draft`` and ``planner-inflated-<preset>`` are the shipped models.
+    ``planner-draft``, ``planner-json``, ``planner-inflated-<preset>`` and
+    ``planner-json-inflated-<preset>`` are the shipped models.
     """
     from robot_latency.models.ladder import inflated_preset, ladder_model_path
 
-    bundled_names = (None, "", "planner", "planner-draft")
+    bundled_names = (None, "", "planner", "planner-draft", "planner-json")
     named = model in bundled_names or (model is not None and inflated_preset(model) is not None)
     if quant is None and not named:
         return model

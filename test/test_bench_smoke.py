@@ -52,7 +52,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
-               "predict_labels.py"}
+               "predict_labels.py", "format_price.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -157,3 +157,13 @@ def test_predict_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert check["labels"]["commands"] == check["untimed_pass"]["commands"] == 6
     assert {r["format"] for r in doc["price"]} == {"json", "actions"}
     assert all(r["tokens_per_plan"] is not None for r in doc["price"])
+
+
+def test_format_price(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "format_price.py", "--smoke")
+    assert [r["format"] for r in doc["runs"]] == ["json", "compact"]
+    for r in doc["runs"]:
+        assert r["cycles"] == 3 and r["target"]["min_deadline_ms"] is not None
+    # the JSON plan takes several times the compact plan's tokens, on the target as here
+    ratio = doc["summary"]["json_over_compact"]["tokens_per_plan_p50"]
+    assert ratio is not None and ratio >= 3

@@ -94,6 +94,7 @@ def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> An
 
 def cmd_predict_stream(args: argparse.Namespace) -> int:
     """Print the simulated answer per level, the deadline curve, and draw it (``--plot``)."""
+    from robot_latency.planner.capacity import CapacityError
     from robot_latency.report.target_answer import (
         answer_lines,
         answers_from_inputs,
@@ -113,8 +114,12 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
         raise UsageError(f"--stream {args.stream}: {err}") from err
     quants = split_list(args.quants) or [args.quant]
     levels = [(q or Path(args.model).name, level_inputs(args, q, stream), None) for q in quants]
-    answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
-                                  transport_margin_ms=args.target_transport_margin_ms)
+    try:
+        answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
+                                      transport_margin_ms=args.target_transport_margin_ms,
+                                      find_rate=args.find_rate)
+    except CapacityError as err:
+        raise UsageError(f"--find-rate: --stream {args.stream}: {err}") from err
     plot = plot_deadline_curve(answers, args.plot) if args.plot else None
     if args.json:
         emit_json({"stream": str(args.stream), "plot": str(plot) if plot else None,
@@ -189,7 +194,12 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
                         "it); default: a stated one (docs/REFERENCE.md, Transport margin), "
                         "never one measured on this host")
     g.add_argument("--miss-target", type=float, default=DEFAULT_MISS_TARGET,
-                   help="the miss rate the smallest held deadline is stated at (fraction)")
+                   help="the miss rate the smallest held deadline (and --find-rate's rate) "
+                        "is stated at (fraction)")
+    g.add_argument("--find-rate", action="store_true",
+                   help="also find the highest command rate (the stream's arrivals scaled) at "
+                        "which the predicted receiver miss rate stays at or under "
+                        "--miss-target, and the first rate that failed")
     g.add_argument("--draws", type=int, default=DEFAULT_DRAWS,
                    help="Monte Carlo draws of the prediction's error")
     g.add_argument("--plot", type=Path, default=None, help="write the deadline curve PNG here")

@@ -151,6 +151,9 @@ class TargetAnswer:
     #: what the pass found (:func:`pass_facts`): commands asked with no valid plan, outputs cut
     #: at max_tokens, tokens per plan and uncached prompt tokens at p50/p95, the token budget
     facts: dict[str, Any] = field(default_factory=dict)
+    #: the highest command rate held at ``miss_target`` (``RateAnswer.to_dict`` of
+    #: :mod:`robot_latency.planner.capacity`); None: not searched
+    capacity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from robot_latency.planner.capacity import find_rate as search_rate
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_inputs import TargetInputs
 from robot_latency.planner.target_sim import (
@@ -36,7 +37,8 @@ CURVE_PLOT = "target_deadline_curve.png"
 
 def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
                         draws: int = DEFAULT_DRAWS, miss_target: float = DEFAULT_MISS_TARGET,
-                        transport_margin_ms: float | None = None) -> list[TargetAnswer]:
+                        transport_margin_ms: float | None = None,
+                        find_rate: bool = False) -> list[TargetAnswer]:
     """Simulate each level from its inputs, on one deadline grid for the curve: the one path
     ``predict --stream``, ``run``/``sweep --target-answer`` and the report take.
 
@@ -47,6 +49,11 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
         transport_margin_ms: the target's transport margin measured on the robot; None: the
             stated default (:func:`~robot_latency.planner.target_sim.target_rules`). Never a
             margin this host measured.
+        find_rate: also search each level's highest command rate held at ``miss_target``
+            (:mod:`robot_latency.planner.capacity`; ``TargetAnswer.capacity``).
+
+    Raises:
+        CapacityError: ``find_rate`` on a stream of fewer than two commands at different times.
     """
     prepared = []
     for label, inputs, rules in levels:
@@ -67,7 +74,11 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
                  "publish_margin_ms": rules.publish_margin_ms,
                  "transport_margin_ms": rules.transport_margin_ms,
                  "transport_margin_source": source}
-        out.append(replace(a, facts=facts))
+        capacity = None
+        if find_rate:
+            capacity = search_rate(cmds, steps, rules, miss_target=miss_target,
+                                   base_speed=inputs.speed).to_dict()
+        out.append(replace(a, facts=facts, capacity=capacity))
     return out
 
 
@@ -154,6 +165,36 @@ def curve_table(answers: Sequence[TargetAnswer]) -> list[str]:
     return markdown_lines(["deadline ms", *(a.label for a in answers)], rows, aligned=False)
 
 
+def _rate(cmd_s: float | None) -> str:
+    return "-" if cmd_s is None else f"{cmd_s:.3g}"
+
+
+def capacity_table(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Markdown lines: per level, the highest command rate held at the miss target (with the
+    rates held at the prediction's slow and fast ends), and the first rate that failed."""
+    rows = []
+    for a in answers:
+        c = a.capacity
+        if not c:
+            continue
+        lo, hi = c["rate_held_interval_cmd_s"]
+        held = "none (even the slowest tried misses)" if c["rate_held_cmd_s"] is None else (
+            f"{_rate(c['rate_held_cmd_s'])} [{_rate(lo)}, {_rate(hi)}] "
+            f"(x{c['base_speed'] * c['speed_held']:.3g}, {_pct(c['miss_held'])} missed)")
+        failed = "none (every speed tried held)" if c["rate_failed_cmd_s"] is None else (
+            f"{_rate(c['rate_failed_cmd_s'])} (x{c['base_speed'] * c['speed_failed']:.3g}, "
+            f"{_pct(c['miss_failed'])} missed)")
+        rows.append([a.label.replace("|", "\\|"), _rate(c["base_rate_cmd_s"] / c["base_speed"]),
+                     held, failed])
+    if not rows:
+        return []
+    target = answers[0].miss_target
+    return markdown_lines(
+        ["level", "stream at x1 cmd/s", f"highest rate held at {100 * target:g}% cmd/s "
+         "[slow, fast end] (replay speed)", "first rate that failed cmd/s"], rows,
+        aligned=False)
+
+
 def rests_on(a: TargetAnswer) -> str:
     """One line: the calibration and its sources, the validation, the prefill's state."""
     r = a.rests_on
@@ -207,6 +248,14 @@ def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list
     notes = [f"- {n}" for a in answers for n in a.rests_on.get("notes", [])]
     if notes:
         lines += ["", "Notes of the prediction:", "", *sorted(set(notes))]
+    rates = capacity_table(answers)
+    if rates:
+        a0 = answers[0]
+        lines += ["", f"Highest command rate held (the stream's arrivals scaled; predicted "
+                  f"receiver miss at most {100 * a0.miss_target:g}% at the {a0.deadline_ms:g} "
+                  "ms deadline, point prediction; in brackets the rate held with every "
+                  "command at the slow and the fast end of the prediction's 80% interval):",
+                  "", *rates]
     if curve:
         table = curve_table(answers)
         if table:

@@ -9,7 +9,8 @@ publish rolling percentiles.
 
     {"cycles": N, "deadline_misses": M, "deadline_miss_rate": M/N,
      "deadline_miss_rate_ci95": [lo, hi], "fallbacks": {"deadline": 3, ...},
-     "ttft_ms": {"p50":..., "p90":..., "p99":..., "max":..., "mean":..., "n": ...},
+     "ttft_ms": {"p50":..., "p90":..., "p99":..., "max":..., "mean":..., "n": ...,
+                 "p99_9": ... (null below 1,000 samples)},
      "itl_ms": {...}, "tpot_ms": {...}, "e2e_ms": {...}, "overshoot_ms": {...}, ...,
      "host_steal_ms": {"total": ..., "cycles_with_steal": ..., "n": ...} or null,
      "speculative": {"alpha": ..., "cost_ratio": ..., "predicted_speedup": ..., ...} or null,
@@ -40,6 +41,10 @@ Z_95 = 1.959963984540054
 #: Fewer samples than this behind a p99 gets a warning (docs/REFERENCE.md, "Tail latency").
 P99_MIN_SAMPLES = 1000
 
+#: Samples a p99.9 needs before it is given (below it the p99.9 is None): with fewer, it is the
+#: largest sample or an interpolation between the two largest, no tail figure.
+P99_9_MIN_SAMPLES = 1000
+
 #: Per-cycle metrics summarised, in output order; ``itl_ms`` pools every gap of every cycle.
 METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "overshoot_ms", "queue_wait_ms",
            "reaction_ms", "cycle_ms")
@@ -55,6 +60,8 @@ class Distribution:
     max: float | None
     mean: float | None
     n: int
+    #: None below :data:`P99_9_MIN_SAMPLES` samples
+    p99_9: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -62,13 +69,15 @@ class Distribution:
 
 
 def distribution(values: Iterable[float]) -> Distribution:
-    """Summarise samples: p50/p90/p99 (linear interpolation), max, mean and n."""
+    """Summarise samples: p50/p90/p99 (linear interpolation), max, mean and n; p99.9 where
+    there are at least :data:`P99_9_MIN_SAMPLES` samples."""
     arr = np.asarray([v for v in values if v is not None], dtype=np.float64)
     if arr.size == 0:
         return Distribution(None, None, None, None, None, 0)
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    p50, p90, p99, p999 = np.percentile(arr, [50, 90, 99, 99.9])
     return Distribution(float(p50), float(p90), float(p99), float(arr.max()), float(arr.mean()),
-                        int(arr.size))
+                        int(arr.size),
+                        float(p999) if arr.size >= P99_9_MIN_SAMPLES else None)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float] | None:

@@ -52,7 +52,8 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "target_sim.py",  # target_sim.py: test/test_bench_target_sim.py
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
-               "predict_labels.py", "format_price.py"}
+               "predict_labels.py", "format_price.py",
+               "envelope.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -167,3 +168,15 @@ def test_format_price(tmp_path: Path) -> None:
     # the JSON plan takes several times the compact plan's tokens, on the target as here
     ratio = doc["summary"]["json_over_compact"]["tokens_per_plan_p50"]
     assert ratio is not None and ratio >= 3
+
+
+def test_envelope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))
+    doc = _run(tmp_path, "envelope.py", "--repeats", "1", "--commands", "6",
+               "--sweep-points", "3")
+    env = doc["envelope"]
+    assert env["cells"] == 24 and len(env["runs_s"]) == 1 and doc["target_s"] == 5.0
+    assert set(env["modes"]) == {"orin-nano-8gb", "orin-agx-64gb"}
+    assert all(len(modes) == 4 for modes in env["modes"].values())
+    sweep = doc["capacity_vs_sweep"]
+    assert len(sweep["sweep"]) == 3 and sweep["search"]["miss_target"] == 0.05

@@ -75,7 +75,7 @@ def test_summary_counts_and_keys(tmp_path: Path) -> None:
     assert s["e2e_ms"]["max"] == 65.0
     assert s["overshoot_ms"]["max"] == pytest.approx(16.0)  # 66 ms published vs 50 ms deadline
     for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "overshoot_ms"):
-        assert set(s[metric]) == {"p50", "p90", "p99", "max", "mean", "n"}
+        assert set(s[metric]) == {"p50", "p90", "p99", "p99_9", "max", "mean", "n"}
     assert any("itl_ms" in w and "1000" in w for w in s["warnings"])
     out = write_summary(s, tmp_path / "summary.json")
     assert json.loads(out.read_text()) == s
@@ -87,3 +87,12 @@ def test_empty_run_has_none_not_zero() -> None:
     assert s["deadline_miss_rate"] is None and s["deadline_miss_rate_ci95"] is None
     assert s["ttft_ms"]["p50"] is None and s["ttft_ms"]["n"] == 0
     assert s["warnings"] == []
+
+
+def test_p99_9_from_a_thousand_samples_only() -> None:
+    thin = distribution(range(999))
+    assert thin.p99 is not None and thin.p99_9 is None
+    assert thin.to_dict()["p99_9"] is None
+    full = distribution(range(1, 2001))  # 1..2000: the 99.9th percentile is 1998.001
+    assert full.n == 2000 and full.p99_9 == pytest.approx(1998.001)
+    assert full.p99 < full.p99_9 < full.max

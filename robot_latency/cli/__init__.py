@@ -17,6 +17,7 @@ from robot_latency import __version__
 from robot_latency.cli import (
     demo,
     doctor,
+    envelope,
     fleet,
     floor,
     launch,
@@ -33,8 +34,8 @@ from robot_latency.engines.llamalog import route_llama_log
 from robot_latency.errors import RobotLatencyError
 
 #: Command modules, in the order their commands appear in ``--help``.
-GROUPS = (floor, predict, run, sweep, report, profiles, models, streams, demo, doctor, fleet,
-          launch)
+GROUPS = (floor, predict, envelope, run, sweep, report, profiles, models, streams, demo,
+          doctor, fleet, launch)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -92,14 +93,27 @@ def level_inputs(args: argparse.Namespace, quant: str | None, stream: Any) -> An
         raise usage_error(err) from err
 
 
-def cmd_predict_stream(args: argparse.Namespace) -> int:
-    """Print the simulated answer per level, the deadline curve, and draw it (``--plot``)."""
-    from robot_latency.report.target_answer import (
-        answer_lines,
-        answers_from_inputs,
-        first_line,
-        plot_deadline_curve,
-    )
+def stream_levels(args: argparse.Namespace, quants: list[str | None],
+                  stream: Any) -> list[tuple[str, Any]]:
+    """Return (label, TargetInputs) per level of ``quants``. Without weights a preset's levels
+    share one labelled pass (its tokenizer is the same at every level): it is built once."""
+    out: list[tuple[str, Any]] = []
+    shared = None
+    for q in quants:
+        label = q or Path(args.model).name
+        if shared is not None:
+            out.append((label, replace(shared, quant=q)))
+            continue
+        inputs = level_inputs(args, q, stream)
+        if without_weights(args) and not Path(args.model).is_file():
+            shared = inputs
+        out.append((label, inputs))
+    return out
+
+
+def checked_stream(args: argparse.Namespace) -> tuple[Any, list[str | None]]:
+    """Check ``--speed`` and ``--miss-target``, read ``--stream``; return it and the levels
+    (``--quants``, else ``--quant``)."""
     from robot_latency.streams import StreamError, read_stream
 
     if not args.speed > 0:
@@ -111,10 +125,27 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
                              on_bad_line="skip" if args.skip_bad_lines else "error")
     except (StreamError, OSError) as err:
         raise UsageError(f"--stream {args.stream}: {err}") from err
-    quants = split_list(args.quants) or [args.quant]
-    levels = [(q or Path(args.model).name, level_inputs(args, q, stream), None) for q in quants]
-    answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
-                                  transport_margin_ms=args.target_transport_margin_ms)
+    return stream, split_list(args.quants) or [args.quant]
+
+
+def cmd_predict_stream(args: argparse.Namespace) -> int:
+    """Print the simulated answer per level, the deadline curve, and draw it (``--plot``)."""
+    from robot_latency.planner.capacity import CapacityError
+    from robot_latency.report.target_answer import (
+        answer_lines,
+        answers_from_inputs,
+        first_line,
+        plot_deadline_curve,
+    )
+
+    stream, quants = checked_stream(args)
+    levels = [(label, inputs, None) for label, inputs in stream_levels(args, quants, stream)]
+    try:
+        answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
+                                      transport_margin_ms=args.target_transport_margin_ms,
+                                      find_rate=args.find_rate)
+    except CapacityError as err:
+        raise UsageError(f"--find-rate: --stream {args.stream}: {err}") from err
     plot = plot_deadline_curve(answers, args.plot) if args.plot else None
     if args.json:
         emit_json({"stream": str(args.stream), "plot": str(plot) if plot else None,
@@ -150,12 +181,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def add_stream_args(p: argparse.ArgumentParser) -> None:
-    """Add the ``--stream`` mode's flags to the ``predict`` parser."""
+def add_stream_args(p: argparse.ArgumentParser, *, envelope: bool = False) -> None:
+    """Add the ``--stream`` mode's flags to the ``predict`` parser (``envelope``: to the
+    ``envelope`` parser, where ``--stream`` is required and the rate is always found)."""
     from robot_latency.planner.target_sim import DEFAULT_DRAWS, DEFAULT_MISS_TARGET
 
     g = p.add_argument_group("the answer for a command stream (--stream)")
-    g.add_argument("--stream", type=Path, default=None,
+    g.add_argument("--stream", type=Path, default=None, required=envelope,
                    help="a rosbag2 directory, .mcap or .jsonl: simulate the planner loop on "
                         "the device for it (an untimed pass per level, cached)")
     quant_list_arg(g, "--quants", default=None,
@@ -189,7 +221,14 @@ def add_stream_args(p: argparse.ArgumentParser) -> None:
                         "it); default: a stated one (docs/REFERENCE.md, Transport margin), "
                         "never one measured on this host")
     g.add_argument("--miss-target", type=float, default=DEFAULT_MISS_TARGET,
-                   help="the miss rate the smallest held deadline is stated at (fraction)")
+                   help="the miss rate the smallest held deadline (and --find-rate's rate) "
+                        "is stated at (fraction)")
     g.add_argument("--draws", type=int, default=DEFAULT_DRAWS,
                    help="Monte Carlo draws of the prediction's error")
+    if envelope:
+        return
+    g.add_argument("--find-rate", action="store_true",
+                   help="also find the highest command rate (the stream's arrivals scaled) at "
+                        "which the predicted receiver miss rate stays at or under "
+                        "--miss-target, and the first rate that failed")
     g.add_argument("--plot", type=Path, default=None, help="write the deadline curve PNG here")

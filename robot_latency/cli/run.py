@@ -73,9 +73,10 @@ def _print_summary(args: argparse.Namespace, out: Path, summary: dict[str, Any])
              f"{sources.get('fallback', 0)} from a fallback"
              + (f", {sources['none']} none (skipped)" if sources.get("none") else "")
              + f", of {summary['cycles']} cycles")
-    rows = [[m, str(summary[m]["n"])] + [fmt(summary[m][k]) for k in ("p50", "p90", "p99", "max")]
+    rows = [[m, str(summary[m]["n"])] + [fmt(summary[m].get(k))
+                                         for k in ("p50", "p90", "p99", "p99_9", "max")]
             for m in ("ttft_ms", "itl_ms", "e2e_ms", "cycle_ms", "overshoot_ms")]
-    echo(render_table(["metric", "n", "p50", "p90", "p99", "max"], rows))
+    echo(render_table(["metric", "n", "p50", "p90", "p99", "p99.9", "max"], rows))
     thin = [w.split(":")[0] for w in summary["warnings"] if "p99 from only" in w]
     if thin:
         echo(f"note: p99 rests on fewer than 1000 samples for {', '.join(thin)}")

@@ -27,7 +27,7 @@ from robot_latency.floor.calibration import Calibration
 from robot_latency.floor.devices import DeviceSheet
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelFacts
-from robot_latency.floor.published import INTERVAL_COVERAGE
+from robot_latency.floor.published import INTERVAL_COVERAGE, ModelAdjustment
 from robot_latency.floor.target import (
     TargetPrediction,
     adjust_for_model,
@@ -73,6 +73,7 @@ class StepPredictor:
         calibration: the engine family's calibration on it.
         model_id: the preset the per-model correction looks up (None: none).
         notes: what the corrections did (one line each).
+        adjustment: the per-model correction, found once (it is the same for every step).
     """
 
     model: ModelFacts
@@ -80,6 +81,7 @@ class StepPredictor:
     calibration: Calibration
     model_id: str | None = None
     notes: tuple[str, ...] = ()
+    adjustment: ModelAdjustment | None = None
 
     @property
     def from_table(self) -> bool:
@@ -119,7 +121,8 @@ class StepPredictor:
         pred = predict_target(self.model, self.device, self.calibration,
                               context_tokens=context_tokens, prompt_tokens=prompt_tokens)
         if self.from_table:
-            pred, _ = adjust_for_model(pred, self.calibration, self.model_id)
+            pred, _ = adjust_for_model(pred, self.calibration, self.model_id,
+                                       adjustment=self.adjustment)
         return pred
 
     def describe(self) -> dict[str, Any]:
@@ -159,6 +162,7 @@ def step_predictor(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
         model_id: the preset for the per-model correction (default: ``spec``).
     """
     notes: tuple[str, ...] = ()
+    adj = None
     if cal.source == "published table" and spec is not None:
         model, notes = with_published_size(spec, model, device_id=device.id)
     model_id = model_id if model_id is not None else spec
@@ -167,4 +171,4 @@ def step_predictor(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
         _, adj = adjust_for_model(probe, cal, model_id)
         if adj is not None and adj.note() is not None:
             notes = (*notes, str(adj.note()))
-    return StepPredictor(model, device, cal, model_id=model_id, notes=notes)
+    return StepPredictor(model, device, cal, model_id=model_id, notes=notes, adjustment=adj)

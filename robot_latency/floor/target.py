@@ -155,20 +155,23 @@ def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
                       > floor.itl_floor_ms else floor.decode_bound))
 
 
-def adjust_for_model(pred: TargetPrediction, cal: Calibration,
-                     model_id: str | None) -> tuple[TargetPrediction, ModelAdjustment | None]:
+def adjust_for_model(pred: TargetPrediction, cal: Calibration, model_id: str | None, *,
+                     adjustment: ModelAdjustment | None = None
+                     ) -> tuple[TargetPrediction, ModelAdjustment | None]:
     """Move a published-table prediction by the model's own rows in the source's other setups.
 
     ``model_id`` is the preset id (a file or config.json path matches no row and changes
     nothing). Where rows move it, the point is scaled by ``ModelAdjustment.factor`` and the
     interval becomes that of predictions made the same way (``family_interval`` with
     ``model_seen``); otherwise the prediction is returned unchanged, with the interval of a model
-    the table has not measured.
+    the table has not measured. ``adjustment``: the one this function returned before for the
+    same calibration and model (a step predictor keeps it: it is the same for every step).
     """
     if model_id is None or cal.scope != "setup" or cal.source != "published table":
         return pred, None
     # the setup table_calibration fitted on this device (the best-documented one)
-    adj = model_adjustment(cal.engine_family, cal.device_id, model_id)
+    adj = adjustment if adjustment is not None else \
+        model_adjustment(cal.engine_family, cal.device_id, model_id)
     if not adj.seen:
         return pred, adj
     itl = pred.itl_pred_ms * adj.factor

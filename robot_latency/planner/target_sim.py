@@ -151,6 +151,9 @@ class TargetAnswer:
     #: what the pass found (:func:`pass_facts`): commands asked with no valid plan, outputs cut
     #: at max_tokens, tokens per plan and uncached prompt tokens at p50/p95, the token budget
     facts: dict[str, Any] = field(default_factory=dict)
+    #: the highest command rate held at ``miss_target`` (``RateAnswer.to_dict`` of
+    #: :mod:`robot_latency.planner.capacity`); None: not searched
+    capacity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -202,15 +205,19 @@ def _wilson(k: np.ndarray, n: int, z: float = Z_95) -> tuple[np.ndarray, np.ndar
 
 
 def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
-         service: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+         service: np.ndarray, arrivals: np.ndarray | None = None
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Simulate the loop: (in_time, e2e_ms, answered) of shape (K deadlines, D draws, C
     commands), and the mask of commands counted (asked). ``answered``: the command got a plan
     of its own by its deadline, the model's in time or the fallback's at the give-up (not
-    skipped, superseded or never planned)."""
+    skipped, superseded or never planned). ``arrivals``: (D, C) arrival times (ms) per draw,
+    in order (a capacity search draws replay speeds, :mod:`robot_latency.planner.capacity`);
+    None: the commands' own, for every draw."""
     k, d = deadlines.size, service.shape[0]
     c = len(cmds)
     dl = deadlines[:, None]  # (K, 1)
-    arrival = np.array([x.arrival_ms for x in cmds])
+    arrival = np.array([[x.arrival_ms for x in cmds]]) if arrivals is None \
+        else np.asarray(arrivals, dtype=float).reshape(-1, c)  # (1 or D, C)
     asked = np.array([x.asked for x in cmds])
     in_time = np.zeros((k, d, c), dtype=bool)
     answered = np.zeros((k, d, c), dtype=bool)
@@ -218,22 +225,25 @@ def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
     margin = margin_ms(rules)
     if rules.mode == "periodic":
         period = np.maximum(rules.period_ms, deadlines)  # (K,)
-        last = arrival[-1] if c else 0.0
         for ki in range(k):
-            ticks = np.arange(math.floor(last / period[ki]) + 1 + TAIL_CYCLES) * period[ki]
-            # the newest command that has arrived at each tick
-            newest = np.searchsorted(arrival, ticks, side="right") - 1
-            planned = np.zeros(c, dtype=bool)
-            planned[newest[newest >= 0]] = True
             ok = service[:, :] <= deadlines[ki] - margin  # (D, C)
-            in_time[ki] = ok & planned & asked
-            answered[ki] = planned & asked
-            e2e[ki][:, planned & asked] = service[:, planned & asked]
+            planned = np.zeros(arrival.shape, dtype=bool)  # (1 or D, C)
+            for row, times in enumerate(arrival):
+                last = times[-1] if c else 0.0
+                ticks = np.arange(math.floor(last / period[ki]) + 1 + TAIL_CYCLES) * period[ki]
+                # the newest command that has arrived at each tick
+                newest = np.searchsorted(times, ticks, side="right") - 1
+                planned[row, newest[newest >= 0]] = True
+            planned = np.broadcast_to(planned & asked, (d, c))
+            in_time[ki] = ok & planned
+            answered[ki] = planned
+            e2e[ki][planned] = np.broadcast_to(service, (d, c))[planned]
         return in_time, e2e, answered, asked
     free = np.full((k, d), -np.inf)
     for i, x in enumerate(cmds):
-        start = np.maximum(x.arrival_ms, free)
-        deadline = x.arrival_ms + dl
+        at = arrival[:, i][None, :]  # (1, 1 or D)
+        start = np.maximum(at, free)
+        deadline = at + dl
         skipped = start >= deadline
         if not x.asked:
             free = start
@@ -245,14 +255,14 @@ def _run(cmds: Sequence[SimCommand], rules: RunSettings, deadlines: np.ndarray,
         ok = ~skipped & (done <= give_up)
         got = ~skipped
         if rules.on_new_command == "preempt" and i + 1 < c:
-            nxt = cmds[i + 1].arrival_ms
+            nxt = arrival[:, i + 1][None, :]
             superseded = ~skipped & (nxt < end)
             ok &= ~superseded
             got &= ~superseded
             end = np.where(superseded, nxt, end)
         in_time[:, :, i] = ok
         answered[:, :, i] = got
-        e2e[:, :, i] = np.where(skipped, np.nan, done - x.arrival_ms)
+        e2e[:, :, i] = np.where(skipped, np.nan, done - at)
         free = end
     return in_time, e2e, answered, asked
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from robot_latency.floor.steps import StepPredictor
+from robot_latency.planner.capacity import find_rate as search_rate
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_inputs import TargetInputs
 from robot_latency.planner.target_sim import (
     DEFAULT_DRAWS,
     DEFAULT_MISS_TARGET,
+    SimCommand,
     TargetAnswer,
     deadline_grid,
     pass_facts,
@@ -34,11 +38,39 @@ log = logging.getLogger(__name__)
 CURVE_PLOT = "target_deadline_curve.png"
 
 
+@dataclass(frozen=True)
+class PreparedLevel:
+    """One level made ready to simulate: its inputs, the loop's rules on the target (and where
+    the transport margin comes from), its step predictor and its commands."""
+
+    label: str
+    inputs: TargetInputs
+    rules: RunSettings
+    margin_source: str
+    steps: StepPredictor
+    cmds: list[SimCommand]
+
+
+def prepare_levels(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
+                   transport_margin_ms: float | None = None) -> list[PreparedLevel]:
+    """Predict each level's commands on its target and set the target's loop rules (the first
+    half of :func:`answers_from_inputs`; ``envelope`` also reads the commands for the energy)."""
+    out = []
+    for label, inputs, rules in levels:
+        steps = inputs.predictor()
+        cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
+        target, source = target_rules(rules or inputs.settings,
+                                      transport_margin_ms=transport_margin_ms)
+        out.append(PreparedLevel(label, inputs, target, source, steps, cmds))
+    return out
+
+
 def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
                         draws: int = DEFAULT_DRAWS, miss_target: float = DEFAULT_MISS_TARGET,
-                        transport_margin_ms: float | None = None) -> list[TargetAnswer]:
+                        transport_margin_ms: float | None = None,
+                        find_rate: bool = False) -> list[TargetAnswer]:
     """Simulate each level from its inputs, on one deadline grid for the curve: the one path
-    ``predict --stream``, ``run``/``sweep --target-answer`` and the report take.
+    ``predict --stream``, ``run``/``sweep --target-answer``, ``envelope`` and the report take.
 
     Args:
         levels: (label, inputs, settings) per level; settings None: the inputs' own loop rules.
@@ -47,27 +79,41 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
         transport_margin_ms: the target's transport margin measured on the robot; None: the
             stated default (:func:`~robot_latency.planner.target_sim.target_rules`). Never a
             margin this host measured.
+        find_rate: also search each level's highest command rate held at ``miss_target``
+            (:mod:`robot_latency.planner.capacity`; ``TargetAnswer.capacity``).
+
+    Raises:
+        CapacityError: ``find_rate`` on a stream of fewer than two commands at different times.
     """
-    prepared = []
-    for label, inputs, rules in levels:
-        steps = inputs.predictor()
-        cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
-        target, source = target_rules(rules or inputs.settings,
-                                      transport_margin_ms=transport_margin_ms)
-        prepared.append((label, inputs, target, source, steps, cmds))
+    prepared = prepare_levels(levels, transport_margin_ms=transport_margin_ms)
+    return answers_for(prepared, draws=draws, miss_target=miss_target, find_rate=find_rate)
+
+
+def answers_for(prepared: Sequence[PreparedLevel], *, draws: int = DEFAULT_DRAWS,
+                miss_target: float = DEFAULT_MISS_TARGET, find_rate: bool = False,
+                curve: bool = True) -> list[TargetAnswer]:
+    """Simulate prepared levels (:func:`prepare_levels`) on one deadline grid: the second half of
+    :func:`answers_from_inputs`, with its arguments (``curve`` False: no deadline curve)."""
     if not prepared:
         return []
-    grid = deadline_grid([c for *_, cmds in prepared for c in cmds], prepared[0][2])
+    grid = deadline_grid([c for p in prepared for c in p.cmds], prepared[0].rules) \
+        if curve else None
     out = []
-    for label, inputs, rules, source, steps, cmds in prepared:
-        a = target_answer(label, cmds, steps, rules, draws=draws, miss_target=miss_target,
-                          grid=grid, rests_on={"untimed_pass": inputs.untimed.key[:12]})
-        facts = {**pass_facts(inputs.untimed, steps, rules), "assumption": inputs.assumption,
-                 "profile": inputs.untimed.profile,
+    for p in prepared:
+        rules = p.rules
+        a = target_answer(p.label, p.cmds, p.steps, rules, draws=draws,
+                          miss_target=miss_target, grid=grid, curve=curve,
+                          rests_on={"untimed_pass": p.inputs.untimed.key[:12]})
+        facts = {**pass_facts(p.inputs.untimed, p.steps, rules),
+                 "assumption": p.inputs.assumption, "profile": p.inputs.untimed.profile,
                  "publish_margin_ms": rules.publish_margin_ms,
                  "transport_margin_ms": rules.transport_margin_ms,
-                 "transport_margin_source": source}
-        out.append(replace(a, facts=facts))
+                 "transport_margin_source": p.margin_source}
+        capacity = None
+        if find_rate:
+            capacity = search_rate(p.cmds, p.steps, rules, miss_target=miss_target,
+                                   base_speed=p.inputs.speed).to_dict()
+        out.append(replace(a, facts=facts, capacity=capacity))
     return out
 
 
@@ -154,6 +200,41 @@ def curve_table(answers: Sequence[TargetAnswer]) -> list[str]:
     return markdown_lines(["deadline ms", *(a.label for a in answers)], rows, aligned=False)
 
 
+def _rate(cmd_s: float | None) -> str:
+    return "-" if cmd_s is None else f"{cmd_s:.3g}"
+
+
+def rate_held_text(c: dict[str, Any]) -> str:
+    """A capacity's rate held (commands/s) with its interval, replay speed and miss rate."""
+    lo, hi = c["rate_held_interval_cmd_s"]
+    return "none (even the slowest tried misses)" if c["rate_held_cmd_s"] is None else (
+        f"{_rate(c['rate_held_cmd_s'])} [{_rate(lo)}, {_rate(hi)}] "
+        f"(x{c['base_speed'] * c['speed_held']:.3g}, {_pct(c['miss_held'])} missed)")
+
+
+def rate_failed_text(c: dict[str, Any]) -> str:
+    """A capacity's first rate that failed (commands/s), its replay speed and miss rate."""
+    return "none (every speed tried held)" if c["rate_failed_cmd_s"] is None else (
+        f"{_rate(c['rate_failed_cmd_s'])} (x{c['base_speed'] * c['speed_failed']:.3g}, "
+        f"{_pct(c['miss_failed'])} missed)")
+
+
+def capacity_table(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Markdown lines: per level, the highest command rate held at the miss target (with the
+    rates held at the prediction's slow and fast ends), and the first rate that failed."""
+    rows = [[a.label.replace("|", "\\|"),
+             _rate(a.capacity["base_rate_cmd_s"] / a.capacity["base_speed"]),
+             rate_held_text(a.capacity), rate_failed_text(a.capacity)]
+            for a in answers if a.capacity]
+    if not rows:
+        return []
+    target = answers[0].miss_target
+    return markdown_lines(
+        ["level", "stream at x1 cmd/s", f"highest rate held at {100 * target:g}% cmd/s "
+         "[slow, fast end] (replay speed)", "first rate that failed cmd/s"], rows,
+        aligned=False)
+
+
 def rests_on(a: TargetAnswer) -> str:
     """One line: the calibration and its sources, the validation, the prefill's state."""
     r = a.rests_on
@@ -207,6 +288,14 @@ def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list
     notes = [f"- {n}" for a in answers for n in a.rests_on.get("notes", [])]
     if notes:
         lines += ["", "Notes of the prediction:", "", *sorted(set(notes))]
+    rates = capacity_table(answers)
+    if rates:
+        a0 = answers[0]
+        lines += ["", f"Highest command rate held (the stream's arrivals scaled; predicted "
+                  f"receiver miss at most {100 * a0.miss_target:g}% at the {a0.deadline_ms:g} "
+                  "ms deadline, point prediction; in brackets the rate held with every "
+                  "command at the slow and the fast end of the prediction's 80% interval):",
+                  "", *rates]
     if curve:
         table = curve_table(answers)
         if table:

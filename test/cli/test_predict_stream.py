@@ -55,3 +55,41 @@ def test_bad_input_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureF
     assert main([*base, *argv]) != 0
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def _json_answer(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    import json
+
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_find_rate_holds_at_the_rate_found_and_not_ten_percent_above(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stream = _stream(tmp_path, 12)
+    base = ["predict", "--stream", str(stream), *SIM, "--quants", "Q4_0", "--deadline-ms",
+            "150", "--mode", "event", "--draws", "50"]
+    (level,) = _json_answer(capsys, [*base, "--find-rate"])["levels"]
+    cap = level["capacity"]
+    assert cap["miss_target"] == 0.05 and cap["deadline_ms"] == 150.0
+    held, failed = cap["speed_held"], cap["speed_failed"]
+    assert held is not None and failed is not None and held < failed
+    assert cap["rate_held_cmd_s"] == pytest.approx(held * cap["base_rate_cmd_s"])
+    # replayed at the speed found, through predict's own path: the target holds; 10% faster not
+    (at,) = _json_answer(capsys, [*base, "--speed", repr(held)])["levels"]
+    (above,) = _json_answer(capsys, [*base, "--speed", repr(1.1 * held)])["levels"]
+    assert at["miss_rate"] <= 0.05 < above["miss_rate"]
+    assert at["capacity"] is None  # not asked
+    assert main([*base, "--find-rate"]) == 0
+    out = capsys.readouterr().out
+    assert "Highest command rate held" in out and "first rate that failed" in out
+
+
+def test_find_rate_needs_two_commands(tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    stream = _stream(tmp_path, 1)
+    assert main(["predict", "--stream", str(stream), *SIM, "--quants", "Q4_0",
+                 "--find-rate"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "--find-rate: --stream" in err and "two commands" in err
+    assert len(err.splitlines()) == 1

@@ -38,6 +38,8 @@ EXEMPT = {
                "planner node as parameters, so through the builder",
     "TargetAnswer": "a result: the deadline the loop was simulated at on the target (the "
                     "simulation reads the run's RunSettings)",
+    "RateAnswer": "a result: the deadline the capacity search held the miss rate at, on the "
+                  "target (the simulation reads the run's RunSettings)",
     "UntimedPass": "a record: the engine that ran the untimed pass, kept with its facts",
 }
 RUN_PATH = [p for p in sorted(PACKAGE.rglob("*.py"))

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Bool
 
 from robot_latency.ros.topics import READY_TOPIC
-
-if TYPE_CHECKING:
-    from robot_latency.ros.node_core import PlannerCore
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +93,9 @@ class Readiness:
             self._timer = None
 
 
-def core_ready(core: PlannerCore) -> bool:
+# ``core`` below is a robot_latency.ros.node_core.PlannerCore (not imported: node_core imports
+# this module).
+def core_ready(core: Any) -> bool:
     """Whether a planner node's core serves plans on time now: a run open, its loop running
     (started only once the engine is warm), the action and topics there, the pings back."""
     driver, probe = core.driver, core.probe
@@ -104,7 +103,7 @@ def core_ready(core: PlannerCore) -> bool:
             and (probe is None or not probe.pinging))
 
 
-def ready_line(core: PlannerCore) -> str:
+def ready_line(core: Any) -> str:
     """The log line a planner node writes when it becomes ready."""
     driver, probe = core.driver, core.probe
     warm = driver.run.warm_up if driver is not None else None
@@ -117,7 +116,7 @@ def ready_line(core: PlannerCore) -> str:
     return "planner ready: " + ", ".join(parts)
 
 
-def core_readiness(core: PlannerCore) -> Readiness:
+def core_readiness(core: Any) -> Readiness:
     """The readiness signal of a planner node's core (its log line on the node's logger)."""
     return Readiness(core.node, lambda: core_ready(core),
                      lambda: core.logger.info(ready_line(core)))

@@ -54,6 +54,8 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
                          "--cache-dir", str(tmp_path / "cache")], "nope.gguf"),
         "streams make": (["streams", "make", "--out", str(tmp_path / "bag")], "--process"),
         "demo": (["demo", "--out", str(full), "--quants", "Q8_0,Q4_K"], "Q4_K"),
+        "envelope": (["envelope", "--stream", nope + ".jsonl", "--model", "qwen2.5-0.5b",
+                      "--from-labels", "--device", "orin-nano-8gb"], "nope.jsonl"),
         "doctor": (["doctor", "--params-file", nope + ".yaml"], "nope.yaml"),
         "launch": (["launch", "planner", "--params-file", nope + ".yaml"], "nope.yaml"),
         "fleet": (["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "1,x",

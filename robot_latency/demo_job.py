@@ -209,8 +209,10 @@ class MainJob:
 
     The levels are the JSON planner's, what an instruct model writes (``planner="json"``), and
     ``compact_quant`` adds the compact action language at one level, for the output format's
-    price. 1,500 ms sits between the JSON levels' plan times on a 2-core machine, played at 2x:
-    the job shows how the miss rate moves with the quant level, not a row of zeros or of ones.
+    price. The stream's first ``commands`` (0: all) play at the operator's own pace (``speed``
+    1): a JSON plan takes about a second on a 2-core machine, and the steady operator speaks
+    every 1.6 s (median). 2,000 ms sits between the JSON levels' plan times there: the job shows
+    how the miss rate moves with the quant level, not a row of zeros or of ones.
     """
 
     out_dir: Path = Path("runs/demo")
@@ -219,10 +221,11 @@ class MainJob:
     compact_quant: str = "Q4_0"
     inflate: str = "qwen2.5-0.5b"
     stream: Path | None = None
-    speed: float = 2.0
+    commands: int = 30
+    speed: float = 1.0
     mode: str = "event"
-    deadline_ms: float = 1500.0
-    period_ms: float = 1500.0
+    deadline_ms: float = 2000.0
+    period_ms: float = 2000.0
     device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     context_tokens: int = 32
@@ -321,6 +324,8 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
                        [[lv.label, lv.profile or "default", f"{lv.size_bytes / 1e6:.1f}",
                          f"{lv.bpw:.2f}", str(lv.path)] for lv in levels]))
     stream = Path(job.stream) if job.stream else SHIPPED_DIR / "steady_operator"
+    if job.commands:
+        stream = first_commands(stream, job.commands, out / "stream")
     say(f"\n[2/3] bandwidth floor of these files on this host and the Orin modules "
         f"(ms per token at {job.context_tokens} tokens of context):")
     host = load_or_probe_host()
@@ -360,6 +365,23 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     say(f"\nreport with plots: {report}")
     say(f"demo finished in {time.perf_counter() - t_start:.0f} s")
     return report
+
+
+def first_commands(stream: Path, n: int, out: Path) -> Path:
+    """Write the first ``n`` commands of ``stream`` as a bag at ``out``, its labels beside it
+    (the whole stream where it has no more than ``n``); return the bag to replay."""
+    import shutil
+
+    from robot_latency.streams import read_stream, write_bag
+
+    commands = read_stream(stream).commands
+    if len(commands) <= n:
+        return stream
+    write_bag(out, commands[:n])
+    labels = (stream if stream.is_dir() else stream.parent) / "labels.jsonl"
+    if labels.is_file():
+        shutil.copyfile(labels, out / "labels.jsonl")
+    return out
 
 
 def untimed_passes(job: MainJob, levels: Sequence[DemoLevel], stream: Path,

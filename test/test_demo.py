@@ -60,3 +60,18 @@ def test_two_configurations_through_ros(tmp_path: Path,
     assert {e["pid"] for e in trace["traceEvents"]} == {1, 2}
     with pytest.raises(DemoError, match="exists"):
         run_demo(configs, stream=bag, out_dir=tmp_path / "demo")
+
+
+def test_the_main_job_replays_the_first_commands_with_their_labels(tmp_path: Path) -> None:
+    from robot_latency.demo_job import first_commands
+    from robot_latency.streams import SHIPPED_DIR, read_stream
+
+    shipped = SHIPPED_DIR / "steady_operator"
+    bag = first_commands(shipped, 5, tmp_path / "stream")
+    cut = read_stream(bag).commands
+    assert [c.text for c in cut] == [c.text for c in read_stream(shipped).commands[:5]]
+    assert [c.t_ns for c in cut] == [c.t_ns for c in read_stream(shipped).commands[:5]]
+    labels = stream_labels_of(bag)
+    assert labels is not None and all(labels.lookup(c.command_id, c.text) is not None for c in cut)
+    # a stream no longer than asked is replayed as it is
+    assert first_commands(shipped, 60, tmp_path / "all") == shipped

@@ -75,6 +75,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report = main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
                               planner=args.planner, compact_quant=args.compact_quant,
                               stream=Path(args.stream) if args.stream else None,
+                              commands=args.commands,
                               speed=args.speed, mode=args.mode, deadline_ms=args.deadline_ms,
                               period_ms=args.period_ms, device=args.device,
                               n_threads=args.n_threads, context_tokens=args.context,
@@ -109,6 +110,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "%(default)s)")
     p.add_argument("--inflate", default=_D.inflate, help="preset shape to inflate into")
     p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")
+    p.add_argument("--commands", type=nonneg_int, default=_D.commands,
+                   help="replay the stream's first N commands (0: all; default %(default)s)")
     p.add_argument("--speed", type=float, default=_D.speed)
     p.add_argument("--mode", default=_D.mode, choices=("periodic", "event"))
     p.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)

@@ -5,6 +5,7 @@ records' deadline misses and fallbacks one for one."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from robot_latency.planner.mcap_log import (
     cycle_events,
 )
 from robot_latency.records import CycleRecord, read_records
+from robot_latency.report.rundir import RunDirError, load_run
+from robot_latency.report.runmcap import read_run_mcap
 from robot_latency.streams import Command, write_jsonl
 
 MS = 1_000_000
@@ -132,3 +135,44 @@ def test_a_failing_file_never_stops_the_caller(tmp_path: Path,
     assert sum("stopped writing it" in r.getMessage() for r in caplog.records) == 1
     sink.command(InboundCommand("d", "stop", arrival_ns=6))
     sink.close(manifest={}, summary={})
+
+
+def test_report_reads_a_run_that_has_only_its_run_mcap(
+        burst_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run directory holding run.mcap alone, and a run.mcap given itself, load with the
+    records and the manifest of cycles.jsonl's run; ``report`` and its trace build from it."""
+    only = tmp_path / "only"
+    only.mkdir()
+    shutil.copy(burst_run / "run.mcap", only / "run.mcap")
+    want = load_run(burst_run)
+    for source in (only, burst_run / "run.mcap"):
+        got = load_run(source)
+        assert got.label == want.label and got.manifest == json.loads(
+            (burst_run / "manifest.json").read_text())
+        assert [r.to_dict() for r in got.records] == [r.to_dict() for r in want.records]
+    assert main(["report", str(only), "--out", str(tmp_path / "rep"),
+                 "--trace", str(tmp_path / "trace.json")]) == 0
+    capsys.readouterr()
+    assert "| 13 |" in (tmp_path / "rep" / "report.md").read_text()  # the cycles column
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert sum(e.get("name") == "cycle" for e in trace["traceEvents"]) in (0, 13)
+
+
+def test_a_run_mcap_cut_short_gives_the_cycles_it_holds(
+        burst_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What a crash leaves (no closing index, a record cut in half): the cycles before the cut,
+    with a warning, as cycles.jsonl does with a partial last line."""
+    data = (burst_run / "run.mcap").read_bytes()
+    records = read_records(burst_run / "cycles.jsonl")
+    cut = tmp_path / "run.mcap"
+    at = -1
+    for _ in range(7):  # into the 7th record (chunks are uncompressed: its JSON is visible)
+        at = data.index(b'"run_id"', at + 1)
+    cut.write_bytes(data[: at + 10])
+    got, manifest = read_run_mcap(cut)
+    assert 0 < len(got) < len(records) and manifest == {}
+    assert [r.to_dict() for r in got] == [r.to_dict() for r in records[: len(got)]]
+    assert any("ends early" in r.getMessage() for r in caplog.records)
+    (tmp_path / "bad.mcap").write_text("not an mcap file\n")
+    with pytest.raises(RunDirError, match=r"bad\.mcap"):
+        load_run(tmp_path / "bad.mcap")

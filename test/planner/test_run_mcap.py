@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import jsonschema
 import pytest
 from mcap.reader import make_reader
 
+import robot_latency
 from robot_latency.cli import main
 from robot_latency.planner.cycle_fields import CYCLE_STATS_FIELDS
 from robot_latency.planner.mailbox import InboundCommand
@@ -176,3 +178,61 @@ def test_a_run_mcap_cut_short_gives_the_cycles_it_holds(
     (tmp_path / "bad.mcap").write_text("not an mcap file\n")
     with pytest.raises(RunDirError, match=r"bad\.mcap"):
         load_run(tmp_path / "bad.mcap")
+
+
+LAYOUTS = Path(robot_latency.__file__).resolve().parent / "data" / "layouts"
+PLOTTABLE = {"number", "integer", "boolean"}
+
+
+def _field(schema: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    """The schema of the field at ``parts`` (KeyError: no such field)."""
+    for part in parts:
+        schema = schema["properties"][part]
+    return schema
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    if kind is None and "enum" in schema:
+        return {"string"}
+    return {kind} if isinstance(kind, str) else set(kind or [])
+
+
+def test_the_foxglove_layout_names_only_what_run_mcap_holds(burst_run: Path) -> None:
+    schemas, _, _ = read_mcap(burst_run / "run.mcap")
+    doc = json.loads((LAYOUTS / "foxglove_run.json").read_text())
+    panels = doc["configById"]
+
+    def leaves(node: Any) -> list[str]:
+        return [node] if isinstance(node, str) else leaves(node["first"]) + leaves(node["second"])
+
+    assert sorted(leaves(doc["layout"])) == sorted(panels)  # every panel placed, none missing
+    named = []
+    for panel_id, config in panels.items():
+        for path in [p["value"] for p in config.get("paths", [])]:
+            topic, _, field = path.partition(".")
+            named.append(topic)
+            field_schema = _field(schemas[topic], field.split("."))
+            if panel_id.startswith("Plot!"):
+                assert _types(field_schema) & PLOTTABLE, path
+        named += [config[k] for k in ("topicPath", "topicToRender") if k in config]
+    assert set(named) <= set(schemas)
+    assert {EVENT_CHANNEL, LOG_CHANNEL, PLAN_CHANNEL, CYCLE_STATS_CHANNEL} <= set(named)
+
+
+def test_the_plotjuggler_layout_names_only_what_run_mcap_holds(burst_run: Path) -> None:
+    """PlotJuggler's JSON parser names a field ``TOPIC/a/b`` (nulls skipped, booleans 0/1)."""
+    schemas, _, _ = read_mcap(burst_run / "run.mcap")
+    root = ET.parse(LAYOUTS / "plotjuggler_run.xml").getroot()
+    curves = [c.get("name") for c in root.iter("curve")]
+    assert len(curves) >= 8
+    for name in curves:
+        assert name is not None
+        topic = max((t for t in schemas if name.startswith(t + "/")), key=len)
+        field = name[len(topic) + 1:].split("/")
+        assert _types(_field(schemas[topic], field)) & PLOTTABLE, name
+    files = root.findall("./previouslyLoaded_Datafiles/fileInfo")
+    assert [f.get("filename") for f in files] == ["run.mcap"]
+    params = files[0].find("./plugin[@ID='DataLoad MCAP']/parameters")
+    assert params is not None
+    assert set(params.get("selected_topics", "").split(";")) <= set(schemas)

@@ -49,6 +49,7 @@ INSTALL_REQUIRES = [
     "tqdm>=4.70.1",
     "onnx>=1.23.2",
     "jsonschema>=4.26.0",
+    "mcap>=1.6.0",
 ]
 
 EXTRAS = {
@@ -74,8 +75,8 @@ setup(
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
     # Explicit depths: setuptools < 62.3 (Ubuntu 22.04 has 59.6) does not expand "**".
-    package_data={PACKAGE: ["data/*", "data/models/*", "data/profiles/*", "data/streams/*/*",
-                           "data/vocab/*"]},
+    package_data={PACKAGE: ["data/*", "data/layouts/*", "data/models/*", "data/profiles/*",
+                           "data/streams/*/*", "data/vocab/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

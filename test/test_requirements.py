@@ -21,7 +21,7 @@ ROSDEP_KEYS = {"numpy": "python3-numpy", "psutil": "python3-psutil", "pyyaml": "
 #: Runtime dependencies without a usable rosdep key: pip (requirements/jetson.txt), named in
 #: docs/INSTALL.md. (python3-jsonschema exists, but Ubuntu 22.04's is 3.2, older than the tested
 #: 4.26.)
-NO_ROSDEP_KEY = {"gguf", "onnx", "jsonschema"}
+NO_ROSDEP_KEY = {"gguf", "onnx", "jsonschema", "mcap"}
 #: Older in compat.txt than in base.txt: the point of the compatibility venv.
 OLDEST = {"numpy", "matplotlib"}
 

@@ -7,6 +7,9 @@ A run directory holds::
     cycles.jsonl    one CycleRecord per cycle, flushed as it is written
     manifest.json   versions, config, engine, model (sha256), devices, host facts
     summary.json    written at close from what cycles.jsonl holds (so the two always agree)
+    run.mcap        the commands, plans, per-cycle figures, misses, fallbacks and log lines for
+                    Foxglove and PlotJuggler (robot_latency.planner.mcap_log), written after
+                    cycles.jsonl: a failure there never stops the run
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from robot_latency.planner.budget import (
     restore_thread,
 )
 from robot_latency.planner.loop import PlannerLoop, Publisher, Runner
+from robot_latency.planner.mcap_log import MCAP_NAME, RunMcap
 from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.planner.warmup import WarmUp, warm_up
@@ -97,11 +101,15 @@ class PlannerRun:
         self.loop = PlannerLoop(config.settings, self.runner, publish=publish, sink=self._write,
                                 clock=clock, sleep_until=sleep_until, planning=self.planning,
                                 run_id=self.log_dir.name + "-" + str(os.getpid()))
+        self.mcap = RunMcap(self.log_dir / MCAP_NAME, clock=clock, run_id=self.loop.run_id)
+        self.loop.mailbox.on_put = self.mcap.command
         self.started_wall = time.time()
         self.closed = False
         #: what the warm-up generation took (:meth:`run_warm_up`); None: none ran
         self.warm_up: dict[str, Any] | None = None
         self._write_manifest(status="running")
+        self.mcap.log_line(f"run {self.loop.run_id} started: engine {config.engine}, "
+                           f"log directory {self.log_dir}")
 
     # --- set-up ------------------------------------------------------------------------------
     def _check_log_dir(self) -> None:
@@ -237,6 +245,7 @@ class PlannerRun:
             rec.telemetry = t.to_dict() if t is not None else None
         self._measure_energy(rec)
         self.sink.write(rec)
+        self.mcap.cycle(rec)  # after cycles.jsonl; never raises
         if self.on_record is not None:
             # After the record is on disk; a failing consumer never reaches the loop.
             try:
@@ -286,11 +295,13 @@ class PlannerRun:
             **cfg.settings.extra,
         }
 
-    def _write_manifest(self, status: str) -> None:
+    def _write_manifest(self, status: str) -> dict[str, Any]:
         path = self.log_dir / "manifest.json"
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.manifest(status), indent=2, default=str) + "\n")
+        manifest = self.manifest(status)
+        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         os.replace(tmp, path)
+        return manifest
 
     def close(self) -> dict[str, Any]:
         """Stop the engine, flush the log, write summary.json from it; return the summary."""
@@ -320,7 +331,10 @@ class PlannerRun:
         summary["publish_margin"] = self.loop.publish_margin.summary()
         summary["warm_up"] = self.warm_up
         write_summary(summary, self.log_dir / "summary.json")
-        self._write_manifest(status="finished")
+        manifest = self._write_manifest(status="finished")
+        self.mcap.log_line(f"run {self.loop.run_id} finished: {summary['cycles']} cycles, "
+                           f"{summary['deadline_misses']} deadline misses")
+        self.mcap.close(manifest=manifest, summary=summary)
         return summary
 
     def __enter__(self) -> PlannerRun:

@@ -415,12 +415,11 @@ class PlannerLoop:
 
     def run_events(self, commands: Iterable[InboundCommand], *,
                    should_stop: Callable[[], bool] | None = None) -> int:
-        """Event mode: each command starts a cycle at its arrival (commands in arrival order).
-
-        A command whose deadline passed while it waited for the loop is recorded as a skipped
-        miss. One already past its deadline when it arrived (a stamp older than the deadline)
-        keeps its lateness: it is answered at once (the fallback) and recorded as missed.
-        With ``on_new_command: preempt``, a command that arrives while the model works on the
+        """Event mode: each command (announced: :meth:`Mailbox.announce`) starts a cycle at its
+        arrival, in arrival order. One whose deadline passed while it waited for the loop is
+        recorded as a skipped miss; one already past it when it arrived (a stamp older than the
+        deadline) keeps its lateness: answered at once (the fallback), recorded as missed. With
+        ``on_new_command: preempt``, a command that arrives while the model works on the
         previous one aborts that generation (the previous command is recorded as superseded):
         for a list of commands the loop sees the next arrival time itself; a live source (an
         iterator) sets :attr:`newer_command_waiting`. Returns the number of cycles recorded.
@@ -437,6 +436,7 @@ class PlannerLoop:
                 nxt = listed[i + 1].arrival_ns if i + 1 < len(listed) else None
                 self.newer_command_waiting = (
                     None if nxt is None else (lambda at=nxt: self.clock() >= at))
+            self.mailbox.announce(command)
             self.sleep_until(command.arrival_ns)
             expires_ns = command.start_ns + command.budget_ns(self.config.deadline_ns)
             if command.arrival_ns < expires_ns <= self.clock():

@@ -63,6 +63,8 @@ class Mailbox:
         self.received = 0
         self.dropped = 0      # pushed out by a full mailbox
         self.superseded = 0   # replaced by a newer command before the loop took it
+        #: called with each command put, after it is in the mailbox (run.mcap's command channel)
+        self.on_put: Callable[[InboundCommand], None] | None = None
 
     def put(self, command: InboundCommand) -> None:
         """Add a command; if full, drop the oldest waiting one (counted and logged)."""
@@ -73,6 +75,14 @@ class Mailbox:
                 self.dropped += 1
                 log.debug("mailbox full (%d): dropped command %s", self.capacity, old.command_id)
             self._items.append(command)
+        self.announce(command)
+
+    def announce(self, command: InboundCommand) -> None:
+        """Tell the observer (:attr:`on_put`) of a command; the loop announces the commands it
+        takes from elsewhere (event mode). A command announced twice is the observer's to
+        recognise (its id and arrival)."""
+        if self.on_put is not None:
+            self.on_put(command)
 
     def take(self) -> InboundCommand | None:
         """Return the newest waiting command (older ones are superseded), or None if empty."""

@@ -3,7 +3,9 @@
 A run directory holds ``cycles.jsonl`` (one :class:`~robot_latency.records.CycleRecord` per
 line), ``manifest.json`` (label, engine, model, device, floor, config, replay) and
 ``summary.json``. Reports recompute every statistic from ``cycles.jsonl``, so ``summary.json`` is
-not required here; the other two are.
+not required here; the other two are. A directory without ``cycles.jsonl`` that holds
+``run.mcap``, or a ``.mcap`` file given itself, is read from that file instead: its
+``/planner/cycle_record`` channel and its manifest metadata (:mod:`robot_latency.report.runmcap`).
 
 Every manifest field may be missing or ``null``: the accessors below return ``None`` then, and
 the renderers show ``-``.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from robot_latency.errors import RobotLatencyError
+from robot_latency.planner.mcap_log import MCAP_NAME
 from robot_latency.records import CycleRecord, RecordError, read_records
 
 log = logging.getLogger(__name__)
@@ -50,7 +53,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """Read one run directory.
 
     Args:
-        run_dir: a directory written by ``robot-latency run``.
+        run_dir: a directory written by ``robot-latency run`` (or a node), or a run.mcap.
 
     Returns:
         The run's label (``manifest["label"]``, else the directory name), records and manifest.
@@ -60,8 +63,12 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             names the directory and the file.
     """
     d = Path(run_dir)
+    if d.is_file() and d.suffix == ".mcap":
+        return _load_mcap(d, d.parent)
     if not d.is_dir():
         raise RunDirError(f"run directory {d} does not exist or is not a directory")
+    if not (d / "cycles.jsonl").exists() and (d / MCAP_NAME).is_file():
+        return _load_mcap(d / MCAP_NAME, d)
     missing = [name for name in REQUIRED_FILES if not (d / name).is_file()]
     if missing:
         raise RunDirError(f"run directory {d} lacks {', '.join(missing)} "
@@ -83,6 +90,26 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     if not isinstance(label, str) or not label:
         label = d.resolve().name
     return RunData(label, records, manifest)
+
+
+def _load_mcap(path: Path, d: Path) -> RunData:
+    """A run read from its run.mcap: the records and the manifest it closed with (else the
+    directory's manifest.json, if any)."""
+    from robot_latency.report.runmcap import McapReadError, read_run_mcap
+
+    try:
+        records, manifest = read_run_mcap(path)
+    except McapReadError as err:
+        raise RunDirError(str(err)) from err
+    if not manifest and (d / "manifest.json").is_file():
+        try:
+            manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RunDirError(f"run directory {d}: cannot read manifest.json: {err}") from err
+    label = manifest.get("label") if isinstance(manifest, dict) else None
+    if not isinstance(label, str) or not label:
+        label = d.resolve().name
+    return RunData(label, records, manifest if isinstance(manifest, dict) else {})
 
 
 def load_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> list[RunData]:

@@ -32,9 +32,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from robot_latency.planner.mcap_log import MCAP_NAME
 from robot_latency.records import CycleRecord, RecordError, read_records
 from robot_latency.report.phases import cycle_spans
-from robot_latency.report.rundir import ReportError
+from robot_latency.report.rundir import ReportError, load_run
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,15 @@ def load_trace_records(run_dir: str | os.PathLike[str]) -> list[CycleRecord]:
     """Read a run directory's records for a trace.
 
     Raises:
-        TraceError: the directory holds no ``cycles.jsonl``, or no record in it.
+        TraceError: the directory holds no ``cycles.jsonl`` (nor a ``run.mcap``), or no record
+            in it.
     """
     d = Path(run_dir)
     path = d / "cycles.jsonl"
+    if not path.is_file() and (d / MCAP_NAME).is_file():
+        records = load_run(d).records  # the run's run.mcap
+        if records:
+            return list(records)
     if not path.is_file():
         raise TraceError(f"run directory {d} has no records (no cycles.jsonl): nothing to trace")
     try:

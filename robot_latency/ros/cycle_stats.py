@@ -13,16 +13,16 @@ onto the node's ROS clock by their offset, read once (:class:`ClockBridge`).
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from builtin_interfaces.msg import Time
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from robot_latency.planner.cycle_fields import cycle_stats_fields
 from robot_latency.records import CycleRecord
-from robot_latency.ros.topics import CYCLE_STATS_TOPIC, CYCLE_TOPIC, plan_message
+from robot_latency.ros.topics import CYCLE_STATS_TOPIC, CYCLE_TOPIC
 from robot_latency_interfaces.msg import CycleStats
 
 NAN = math.nan
@@ -51,43 +51,15 @@ def time_msg(ns: int) -> Time:
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
-def _ms(value_ns: int | float | None) -> float:
-    return NAN if value_ns is None else float(value_ns) / 1e6
-
-
-def record_outcome(rec: CycleRecord) -> str:
-    """``plan``, ``refused`` (the published plan is a refusal) or ``none`` (nothing published)."""
-    if rec.published_ns is None or rec.plan_source == "none":
-        return "none"
-    return str(plan_message({"plan": rec.plan})["outcome"])
-
-
 def cycle_stats(rec: CycleRecord, *, stamp: Time, frame_age_ms: float | None = None) -> CycleStats:
     """Return the CycleStats for one cycle record, stamped ``stamp`` (the data's, on the ROS
-    clock: :attr:`CycleRecord.data_ns` through a :class:`ClockBridge`)."""
+    clock: :attr:`CycleRecord.data_ns` through a :class:`ClockBridge`); its fields are
+    :func:`~robot_latency.planner.cycle_fields.cycle_stats_fields` (the same as run.mcap's),
+    a figure the cycle does not have NaN."""
     msg = CycleStats()
     msg.header.stamp = stamp
-    msg.cycle = int(rec.cycle)
-    msg.command_id = rec.command_id or ""
-    msg.mode = rec.mode
-    msg.deadline_ms = rec.deadline_budget_ns / 1e6
-    msg.margin_ms = _ms(rec.margin_ns)
-    phases: Mapping[str, Any] = rec.phases_ns
-    msg.queue_ms = _ms(rec.queue_wait_ns)
-    for name in ("prefill", "decode", "publish"):
-        setattr(msg, f"{name}_ms", _ms(phases.get(name)))
-    msg.cycle_ms = _ms(rec.cycle_ns)
-    msg.ttft_ms = _ms(rec.ttft_ns)
-    gaps = rec.itl_ns
-    msg.itl_p50_ms = _ms(statistics.median(gaps)) if gaps else NAN
-    msg.itl_max_ms = _ms(max(gaps)) if gaps else NAN
-    msg.tokens_in = int(rec.tokens_in) if rec.tokens_in is not None else -1
-    msg.tokens_out = rec.tokens_out
-    msg.outcome = record_outcome(rec)
-    msg.source = rec.plan_source
-    msg.fallback_reason = rec.fallback_reason or ""
-    msg.deadline_met = rec.deadline_met
-    msg.frame_age_ms = NAN if frame_age_ms is None else float(frame_age_ms)
+    for name, value in cycle_stats_fields(rec, frame_age_ms=frame_age_ms).items():
+        setattr(msg, name, NAN if value is None else value)
     return msg
 
 

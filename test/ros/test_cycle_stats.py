@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,6 +50,7 @@ class Client:
         self.stats: list[tuple[CycleStats, int]] = []   # (message, ROS time at receipt)
         self.plans: list[tuple[Plan, int, int]] = []    # (message, ROS and loop time at receipt)
         self.records: list[dict[str, Any]] = []
+        self.log_dir: Path | None = None  # the node's run directory
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.node.create_publisher(String, "/planner/command", qos)
         self.node.create_subscription(CycleStats, "/planner/cycle_stats", self._on_stats, qos)
@@ -97,11 +99,12 @@ def client(ros: Spinner, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     overrides = [Parameter("engine", value="sim"),
                  Parameter("target_device", value="orin-agx-64gb"),
                  Parameter("mode", value="event"), Parameter("deadline_ms", value=400),
-                 Parameter("log_dir", value=str(tmp_path_factory.mktemp("stats-run")))]
+                 Parameter("log_dir", value=str(log_dir := tmp_path_factory.mktemp("stats-run")))]
     node = ros.add(PlannerNode(context=ros.executor.context, parameter_overrides=overrides))
     assert node.startup_error is None, node.startup_error
     node.start()
     c = Client(ros)
+    c.log_dir = log_dir
     try:
         c.wait_for(lambda: c.pub.get_subscription_count() >= 1
                    and c.node.count_publishers("/planner/cycle_stats") >= 1, 30,
@@ -188,3 +191,20 @@ def test_the_plan_topic_has_greenwaves_keys(client: Client, ros: Spinner) -> Non
     assert float(values["frame_rate_node"]) > 0 and float(values["frame_rate_msg"]) > 0
     assert float(values["current_delay_from_realtime_ms"]) >= 0
     assert float(values["expected_frequency"]) == 0.0  # event mode: no expected rate
+
+
+def test_the_nodes_run_mcap_holds_its_commands_and_cycles_as_they_happen(client: Client) -> None:
+    """The node's run directory gets run.mcap too, flushed per cycle: read while the node runs,
+    it holds every command the node took and a record per cycle of cycles.jsonl."""
+    from robot_latency.records import read_records
+    from robot_latency.report.runmcap import read_run_mcap
+
+    client.send("mcap-0", "go to the kitchen")
+    client.wait_for(lambda: any(m.command_id == "mcap-0" for m, _ in client.snapshot("stats")),
+                    60, "the plan of mcap-0")
+    assert client.log_dir is not None
+    # the file is open (no index yet): read as a stream, up to what is flushed
+    written = read_records(client.log_dir / "cycles.jsonl")
+    records, _ = read_run_mcap(client.log_dir / "run.mcap")
+    assert [r.to_dict() for r in records] == [r.to_dict() for r in written[: len(records)]]
+    assert "mcap-0" in {r.command_id for r in records}

@@ -80,4 +80,4 @@ def with_source_support(cal: Calibration, rows: Sequence[PublishedRow],
     return replace(cal, interval_rel=widen_interval(cal.interval_rel, error),
                    source_widening_rel=error, notes=(
                        *cal.notes, f"rests on one source ({sources[0]}): interval widened by "
-                       f"{100 * error:.1f}% each side, the {what}"))
+                       f"{100 * error:.1f}% each side, {what}"))

@@ -23,8 +23,14 @@ def test_predict_validate(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ") and "predict_validate.py" in doc["command"]
     assert set(doc["targets"]) >= {"prefill_coverage_ge_75pct", "llamacpp_loso_median_le_20pct",
-                                   "no_device_moves_past_2x"}
+                                   "no_device_moves_past_2x", "loso_coverage_ge_80pct"}
     summary = doc["summary"]
     assert summary["prefill"]["rows"] == doc["prefill"]["total_rows"]
     assert summary["llamacpp_cuda"]["flagged_sources"]
     assert doc["leave_one_source_out"]["rows"] and doc["device_stability"]["devices"]
+    # leave-one-source-out coverage: the share of held-out rows inside the stated interval
+    loso = doc["leave_one_source_out"]
+    done = [r for r in loso["rows"] if r["error_rel"] is not None]
+    inside = sum(1 for r in done if r["inside_interval"])
+    assert summary["leave_one_source_out"]["coverage_80"] == inside / len(done)
+    assert all(r["interval_ms"][0] <= r["predicted_ms"] <= r["interval_ms"][1] for r in done)

@@ -34,7 +34,7 @@ from robot_latency.floor.target import (
     with_published_size,
 )
 from robot_latency.planner.config import DEFAULT_TARGET_DEVICE
-from robot_latency.report.table import fmt
+from robot_latency.report.table import fmt, n_sources
 
 __all__ = ["register"]
 
@@ -71,15 +71,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out["model_notes"] = list(model_notes)
         out["model_adjustment"] = None if adj is None else adj.to_dict()
         out["energy"] = _energy(args, pred)
+        out["source_counts"] = _source_counts(cal, out["energy"]) if from_table else None
         emit_json(out)
         return 0
     lo, hi = pred.itl_pred_interval_ms
     echo(f"{pred.model_name} ({pred.quant or '-'}) on {pred.device_id}, "
          f"{pred.engine_family}, {pred.context_tokens} tokens of context")
     seen = adj is not None and adj.seen
-    span = (f"{100 * INTERVAL_COVERAGE:.0f}% interval, from the family's leave-one-"
-            f"{'out errors of models measured in other setups' if seen else 'model-out errors'}"
-            if from_table else "interval from the calibration's own points")
+    how = "out errors of models measured in other setups" if seen else "model-out errors"
+    span = (f"{100 * INTERVAL_COVERAGE:.0f}% interval, {_rests(cal)}from the family's "
+            f"leave-one-{how}" if from_table else "interval from the calibration's own points")
     echo(f"  ITL predicted  {pred.itl_pred_ms:8.2f} ms/token  [{lo:.2f}, {hi:.2f}] {span}  "
          f"({1e3 / pred.itl_pred_ms:.1f} tok/s)")
     echo(f"  ITL floor      {pred.itl_floor_ms:8.2f} ms/token  (bytes per step / bandwidth)")
@@ -88,6 +89,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         span_t = ("" if pred.ttft_pred_interval_ms is None else
                   f"  [{pred.ttft_pred_interval_ms[0]:.1f}, {pred.ttft_pred_interval_ms[1]:.1f}]"
                   f" {100 * INTERVAL_COVERAGE:.0f}% interval")
+        if from_table and cal.prefill_calibrated:
+            span_t += f", {n_sources(len(cal.prefill_sources))}"
         echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms{span_t}  ({pred.prompt_tokens} "
              f"prompt tokens; floor {pred.ttft_floor_ms:.2f} ms)")
     echo(f"  prefill        {pred.prefill_status}")
@@ -109,6 +112,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rests(cal: Any) -> str:
+    """``1 source (widened by ...), `` or ``3 sources, ``: the decode answer's sources."""
+    wide = (f" (widened by {100 * cal.source_widening_rel:.1f}% each side, the family's "
+            "leave-one-source-out error)" if cal.source_widening_rel else "")
+    return f"{n_sources(len(cal.answer_sources))}{wide}, "
+
+
 def _preset_of(model: str) -> str | None:
     """The preset the per-model correction looks up: a preset id, or the preset a ladder file
     was inflated from (as the records and the report take it)."""
@@ -122,6 +132,16 @@ def _energy(args: argparse.Namespace, pred: Any) -> dict[str, Any]:
     from robot_latency.cli.predict_energy import energy_answer
 
     return energy_answer(args, pred)
+
+
+def _source_counts(cal: Any, energy: dict[str, Any]) -> dict[str, int | None]:
+    """The number of sources behind each figure: ITL, TTFT (None: prefill uncalibrated), the
+    power model (J per token and per plan; None: energy uncalibrated)."""
+    power = energy.get("power") or {}
+    return {"itl": len(cal.answer_sources),
+            "ttft": len(cal.prefill_sources) if cal.prefill_calibrated else None,
+            "energy": (len(power.get("sources") or []) if power.get("decode_watts") is not None
+                       else None)}
 
 
 def _echo_energy(answer: dict[str, Any]) -> None:
@@ -147,7 +167,7 @@ def _predict_stream(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     rows = load_table(args.table) if args.table else None
     result = validate_table(rows)
-    result["leave_one_source_out"] = leave_one_source_out(rows)
+    result["leave_one_source_out"] = leave_one_source_out(rows, coverage=True)
     result["device_stability"] = device_stability(rows=rows)
     result["prefill"] = validate_prefill()
     if args.json:
@@ -197,6 +217,12 @@ def _validate_sources(result: dict[str, Any]) -> None:
             echo(f"{family:>14}: {_pct(f['median_abs_error'])} / "
                  f"{_pct(f['new_model_median_abs_error'])} / "
                  f"{_pct(loso['by_family'].get(family, {}).get('median_abs_error'))}")
+    for family, f in loso["by_family"].items():
+        if f["predicted"]:
+            echo(f"{family:>14}: leave-one-source-out, {f['inside_80']}/{f['predicted']} rows "
+                 f"inside the interval their device's answer states without their source "
+                 f"({_pct(f['coverage_80'])}; {_pct(f['coverage_80_unwidened'])} before the "
+                 f"one-source widening, {f['widened']} widened)")
     for family, checks in loso["source_checks"].items():
         for c in checks:
             if c["flagged"]:

@@ -13,6 +13,7 @@ from typing import Any
 from robot_latency.cli.common import echo, nonneg_int
 from robot_latency.floor.energy import ENERGY_COVERAGE, plan_energy, power_estimate
 from robot_latency.floor.target import TargetPrediction
+from robot_latency.report.table import n_sources
 
 __all__ = ["add_energy_args", "echo_energy", "energy_answer"]
 
@@ -49,13 +50,15 @@ def echo_energy(answer: dict[str, Any]) -> None:
         echo(f"  energy         {answer['status']}")
         return
     lo_w, hi_w = power["decode_watts_interval"]
+    n = n_sources(len(power["sources"]))
     echo(f"  energy         {1e3 * answer['j_per_output_token']:.1f} mJ/token at "
-         f"{power['decode_watts']:.2f} W decoding [{lo_w:.2f}, {hi_w:.2f}] "
+         f"{power['decode_watts']:.2f} W decoding [{lo_w:.2f}, {hi_w:.2f}], {n} "
          f"({power['rail']} rail; {', '.join(power['basis'][:3])}...)")
     if answer["energy_j"] is not None:
         lo, hi = answer["energy_interval_j"]
         echo(f"  J per plan     {answer['energy_j']:.3f} J [{lo:.3f}, {hi:.3f}] "
-             f"{100 * answer['interval_coverage']:.0f}% interval ({answer['plan_tokens']} "
+             f"{100 * answer['interval_coverage']:.0f}% interval, {n} of watts "
+             f"({answer['plan_tokens']} "
              f"tokens: prefill {answer['prefill_j'] or 0:.3f} J, decode {answer['decode_j']:.3f} "
              "J)")
     for note in answer["notes"]:

@@ -75,14 +75,19 @@ def cmd_predict_power_modes(args: argparse.Namespace, path: str, quant: str | No
     echo(f"{first.model_name} ({first.quant or '-'}), {first.engine_family}, "
          f"{first.context_tokens} tokens of context, every power mode of {module}")
     echo(f"{'device':26} {'mode':10} {'GB/s':>6} {'GPU MHz':>7} {'TPCs':>4} {'CPUs':>4} "
-         f"{'ITL ms':>7} {'80% interval':>15} {'bound':9} {'scope':7} {'mJ/token':>9}")
+         f"{'ITL ms':>7} {'80% interval':>15} {'src':>3} {'bound':9} {'scope':7} "
+         f"{'mJ/token':>9} {'src':>3}")
     for (s, p), e in zip(answers, energy, strict=True):
         lo, hi = p.itl_pred_interval_ms
         mj = ("uncalibrated" if e["j_per_output_token"] is None
               else f"{1e3 * e['j_per_output_token']:9.1f}")
+        mj_src = "-" if e["j_per_output_token"] is None else len(e["power"]["sources"])
         echo(f"{s.id:26} {s.power_mode or '-':10} {s.bandwidth_gbps:6.1f} "
              f"{s.gpu_max_mhz or 0:7.0f} {s.gpu_tpcs or 0:4d} {s.cpu_cores or 0:4d} "
-             f"{p.itl_pred_ms:7.2f} {f'[{lo:.1f}, {hi:.1f}]':>15} {p.decode_bound:9} "
-             f"{p.calibration['scope']:7} {mj:>9}")
-    echo("caps: nvpmodel POWER_MODEL blocks (robot-latency devices --json for each source)")
+             f"{p.itl_pred_ms:7.2f} {f'[{lo:.1f}, {hi:.1f}]':>15} "
+             f"{p.calibration['source_count']:>3} {p.decode_bound:9} "
+             f"{p.calibration['scope']:7} {mj:>9} {mj_src:>3}")
+    echo("caps: nvpmodel POWER_MODEL blocks (robot-latency devices --json for each source); "
+         "src: the number of sources each figure rests on (an interval on one source is "
+         "widened by its family's leave-one-source-out error)")
     return 0

@@ -56,11 +56,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     base = settings_from_args(args, out, stream, engine=first["engine"], quant=first["quant"],
                               device=first["device"], deadline_ms=first["deadline_ms"],
                               period_ms=max(args.period_ms, first["deadline_ms"]), label=None)
-    run_dirs, configs = [], []
-    for point in points:
-        label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
-                         for k in varied)
-        run_dir = out / label.replace(" ", "_").replace("/", "-")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats: must be >= 1, got {args.repeats}")
+    run_dirs, configs, configuration_of = [], [], {}
+    # --repeats N: every configuration once, then every one again (round robin)
+    for r, point in ((r, pt) for r in range(1, args.repeats + 1) for pt in points):
+        config_label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
+                                for k in varied)
+        label = config_label if args.repeats == 1 else f"{config_label} #{r}"
+        configuration_of[label] = config_label
+        run_dir = out / (config_label.replace(" ", "_").replace("/", "-")
+                         + ("" if args.repeats == 1 else f"_r{r}"))
         run_dirs.append(run_dir)
         try:
             settings = replace(base, log_dir=run_dir, engine=point["engine"],
@@ -103,6 +109,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     to_csv(rows, out / "comparison.csv")
     to_json(rows, out / "comparison.json")
     echo(to_markdown(rows))
+    if args.repeats > 1:
+        _echo_repeats(rows, configuration_of, [c.label for _, c in configs], out)
     judged = correctness_for(load_runs(run_dirs), run_dirs, labels=labels,
                              comparison=out / "comparison.json", transport_margin_ms=margin)
     if judged:
@@ -118,6 +126,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                  "report puts it first):\n\n" + "\n".join(answer_lines(answers, curve=False)))
     echo(f"\nruns and comparison.csv / comparison.json in {out}")
     return 0
+
+
+def _echo_repeats(rows: list[Any], configuration_of: dict[str, str], order: list[str],
+                  out: Path) -> None:
+    """Write OUT/repeats.json and print the medians across runs (robot_latency.report.repeats)."""
+    import json
+
+    from robot_latency.report.repeats import repeat_lines, repeat_summary
+
+    summary = repeat_summary(rows, configuration_of, order)
+    (out / "repeats.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    echo("\n" + "\n".join(repeat_lines(summary)))
 
 
 def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
@@ -190,4 +210,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the sweep's bar even when stderr is not a terminal")
     p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
     p.add_argument("--out", required=True, help="sweep directory to create")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per configuration, interleaved round robin (each configuration "
+                        "once, then again); N > 1: OUT/repeats.json and a table of each "
+                        "figure's median across runs with its order-statistic interval")
     p.set_defaults(func=cmd_sweep)

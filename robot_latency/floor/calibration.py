@@ -133,6 +133,14 @@ class Calibration:
     #: (0: bandwidth only). Fitted per engine family and module family on sources that measured
     #: one model in several power modes (robot_latency.floor.published_modes).
     compute_ratio: float = 0.0
+    #: The distinct sources behind the device's answer: the sources of the family's rows on
+    #: the device (flagged ones set aside), else those of the rows the fit rests on; and the
+    #: share each side of the decode interval was widened by because there is only one
+    #: (the family's leave-one-source-out error; robot_latency.floor.published_support).
+    answer_sources: tuple[str, ...] = ()
+    source_widening_rel: float = 0.0
+    #: The distinct sources of the prefill rows the TTFT terms rest on.
+    prefill_sources: tuple[str, ...] = ()
 
     def decode_floor_ms(self, floor_ms: float, compute_ms: float | None) -> float:
         """Return the floor a step's prediction scales: the bytes floor or, where the mode's
@@ -167,6 +175,10 @@ class Calibration:
             "sources": list(self.sources),
             "set_aside": list(self.set_aside),
             "decode_compute_ratio": self.compute_ratio,
+            "answer_sources": list(self.answer_sources),
+            "source_count": len(self.answer_sources),
+            "source_widening_rel": self.source_widening_rel,
+            "prefill_source_count": len(self.prefill_sources),
             "notes": [*self.notes, *self.prefill_notes],
         }
 

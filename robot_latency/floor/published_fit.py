@@ -9,8 +9,7 @@ floor), and a module without rows the family's rows on every device (scope ``fam
 the same source measured in other setups too moves its prediction by the share its step time sat
 above or below those setups' fits (``model_adjustment``).
 ``family_interval`` states a prediction's 80% interval from the leave-one-out residuals of the
-family's rows. The rows themselves come
-from :mod:`robot_latency.floor.published_table`.
+family's rows. The rows come from :mod:`robot_latency.floor.published_table`.
 """
 
 from __future__ import annotations
@@ -68,10 +67,8 @@ INTERVAL_COVERAGE = 0.8
 
 @lru_cache(maxsize=8)
 def _log_table_summary(table: tuple[PublishedRow, ...]) -> None:
-    """Log one INFO line per table: its rows and the setup fits behind every calibration.
-
-    The fits themselves log at DEBUG only: the intervals refit the table hundreds of times.
-    """
+    """Log one INFO line per table: its rows and the setup fits behind every calibration (the
+    fits themselves log at DEBUG only: the intervals refit the table hundreds of times)."""
     fits = setup_fits(table)
     held = sum(1 for f in fits if f["overhead_held_at_zero"])
     logger.info("published table: %d rows from %d sources, %d setup fits (%d with a negative "
@@ -130,9 +127,10 @@ def table_calibration(engine_family: str, device_id: str, *,
     predict (``not_predicted_reason``) are never used. The interval is the family's
     (``family_interval``). With no ``setup`` named, a flagged source cannot alone set the
     answer (``published_sources``: its rows are set aside while other sources' remain; named in
-    ``set_aside`` and the notes). The prefill terms come from the prefill table
-    (``prefill_rows``, the shipped one by default; ``published_prefill.prefill_fit``), the same
-    sources set aside; a family without prefill rows is marked ``prefill uncalibrated``.
+    ``set_aside`` and the notes). An answer resting on one source has its interval widened by
+    the family's leave-one-source-out error (``published_support``). The prefill terms come
+    from the prefill table (``prefill_rows``, the shipped one by default; ``prefill_fit``), the
+    same sources set aside; a family without prefill rows is ``prefill uncalibrated``.
 
     Raises:
         CalibrationError: the family has too few rows in the table to fit (naming the family and
@@ -143,7 +141,8 @@ def table_calibration(engine_family: str, device_id: str, *,
     _log_table_summary(tuple(table))
     cal = _ladder(family, device_id, table, exclude=exclude, setup=setup)
     cal = replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
-    return _with_prefill(cal, table, prefill_rows)
+    from robot_latency.floor.published_support import with_source_support  # it imports this
+    return with_source_support(_with_prefill(cal, table, prefill_rows), table, prefill_rows)
 
 
 def _answer_pool(family: str, table: Sequence[PublishedRow],

@@ -136,6 +136,8 @@ class StepPredictor:
                 "source": cal.source, "scope": cal.scope, "basis": list(cal.basis),
                 "sources": list(cal.sources), "set_aside": list(cal.set_aside),
                 "leave_one_source_out": loso,
+                "source_count": len(cal.answer_sources) if self.from_table else None,
+                "source_widening_rel": cal.source_widening_rel,
                 "prefill_calibrated": cal.prefill_calibrated,
                 "prefill": cal.describe()["prefill"], "notes": [*self.notes, *cal.notes]}
 

@@ -176,6 +176,9 @@ def adjust_for_model(pred: TargetPrediction, cal: Calibration, model_id: str | N
         return pred, adj
     itl = pred.itl_pred_ms * adj.factor
     lo_rel, hi_rel = family_interval(cal.engine_family, model_seen=True)
+    if cal.source_widening_rel:  # one source: widened as the device's own interval is
+        lo_rel, hi_rel = max(-0.99, lo_rel - cal.source_widening_rel), \
+            hi_rel + cal.source_widening_rel
     interval = (max(pred.itl_floor_ms, itl * (1.0 + lo_rel)), itl * (1.0 + hi_rel))
     return replace(pred, itl_pred_ms=itl, itl_pred_interval_ms=interval), adj
 

@@ -238,7 +238,8 @@ def mode_rests_on(cells: Sequence[EnvelopeCell]) -> str:
                                      for x in cells))
     a = replace(c.answer, label=f"{_where(c)}, {', '.join(x.level for x in cells)}",
                 rests_on={**c.answer.rests_on, "untimed_pass": passes})
-    timing = list(a.rests_on.get("sources") or [])
+    timing = a.rests_on.get("source_count")
+    timing = len(a.rests_on.get("sources") or []) if timing is None else timing
     power = c.energy["power"]
     if power.get("decode_watts") is None:
         energy = c.energy["status"]
@@ -246,7 +247,7 @@ def mode_rests_on(cells: Sequence[EnvelopeCell]) -> str:
         energy = (f"{len(power['basis'])} published energy rows from {len(power['sources'])} "
                   f"source(s) ({'; '.join(power['sources'])}; {power['rail']} rail, "
                   f"{power['phase']})")
-    return (f"{rests_on(a)[:-1]}; timing on {len(timing)} source(s); J per plan: {energy}.")
+    return (f"{rests_on(a)[:-1]}; timing on {timing} source(s); J per plan: {energy}.")
 
 
 def envelope_table(cells: Sequence[EnvelopeCell], miss_target: float) -> list[str]:

@@ -34,6 +34,7 @@ from robot_latency.report.diagnose import (
     Diagnosis,
     diagnose,
 )
+from robot_latency.report.envelope_report import envelope_section
 from robot_latency.report.format_price import format_price_lines
 from robot_latency.report.plots import write_plots
 from robot_latency.report.rundir import RunData, load_runs, replay_mode
@@ -311,7 +312,9 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
                              transport_margin_ms=transport_margin_ms)
     text = render_report(runs, to_markdown(rows), plots, diagnoses, edges,
                          reference_note=note,
-                         target_lines=_target_lines(runs, answers, rows, ref_run, out),
+                         target_lines=[*_target_lines(runs, answers, rows, ref_run, out),
+                                       *envelope_section([r.label for r in runs], run_dirs, out,
+                                                         transport_margin_ms=transport_margin_ms)],
                          host_warnings=[host_load_warning(d) for d in run_dirs],
                          correctness_md=correctness_markdown(judged) if judged else "")
     path = out / REPORT_NAME

@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def n_sources(n: int) -> str:
+    """``1 source``, ``3 sources``, ``no source``: what a figure rests on, counted."""
+    return "no source" if n == 0 else f"{n} source{'' if n == 1 else 's'}"
+
+
 def fmt(value: float | None, spec: str = ".2f") -> str:
     """Return ``value`` formatted with ``spec``, or ``-`` for None."""
     return "-" if value is None else format(value, spec)

@@ -30,7 +30,7 @@ from robot_latency.planner.target_sim import (
     target_answer,
     target_rules,
 )
-from robot_latency.report.table import markdown_lines
+from robot_latency.report.table import markdown_lines, n_sources
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,12 @@ def rests_on(a: TargetAnswer) -> str:
     loso = r.get("leave_one_source_out")
     loso_text = (f"leave-one-source-out median error {100 * loso:.1f}%" if loso is not None
                  else "leave-one-source-out error not measured")
+    count = r.get("source_count")
+    if count is not None:
+        shown = f"{n_sources(count)}: {shown}" if shown else n_sources(count)
+    if r.get("source_widening_rel"):
+        loso_text += (f" (one source: the interval widened by "
+                      f"{100 * r['source_widening_rel']:.1f}% each side)")
     prefill = "prefill calibrated (its error drawn too)" if r.get("prefill_calibrated") else \
         f"prefill uncalibrated ({r.get('prefill')}; its error is not drawn)"
     aside = list(r.get("set_aside") or [])

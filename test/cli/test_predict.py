@@ -293,3 +293,37 @@ def test_predict_validate_reports_sources_and_prefill(capsys: pytest.CaptureFixt
     text = capsys.readouterr().out
     assert "leave-one-source-out" in text and "flagged (llamacpp-cuda)" in text
     assert "prefill:" in text
+
+
+def test_predict_shows_the_sources_behind_every_figure(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the 7W mode: every row smolhub's, one source: the interval widened, and said so
+    assert main(["predict", "--device", "orin-nano-8gb-7w", "--model", "qwen2.5-0.5b",
+                 "--quant", "Q4_K_M", "--prompt-tokens", "300", "--plan-tokens", "40"]) == 0
+    text = capsys.readouterr().out
+    itl = next(line for line in text.splitlines() if "ITL predicted" in line)
+    assert "1 source (widened by 19.7% each side" in itl
+    assert "1 source" in next(line for line in text.splitlines() if "TTFT predicted" in line)
+    assert "1 source" in next(line for line in text.splitlines() if "J per plan" in line)
+    out = _json(capsys, "predict", "--device", "orin-nano-8gb-7w", "--model", "qwen2.5-0.5b",
+                "--quant", "Q4_K_M", "--prompt-tokens", "300", "--plan-tokens", "40", "--json")
+    assert out["source_counts"] == {"itl": 1, "ttft": 1, "energy": 1}
+    assert out["calibration"]["source_widening_rel"] > 0
+    # the AGX Orin at MAXN: two sources behind the decode answer, no widening
+    assert main(["predict", "--device", "orin-agx-64gb", "--model", "llama-3.2-1b"]) == 0
+    itl = next(line for line in capsys.readouterr().out.splitlines() if "ITL predicted" in line)
+    assert "2 sources, from" in itl and "widened" not in itl
+
+
+def test_predict_validate_reports_leave_one_source_out_coverage(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "predict", "--validate", "--json")
+    loso = out["leave_one_source_out"]
+    cuda = loso["by_family"]["llamacpp-cuda"]
+    done = [r for r in loso["rows"]
+            if r["engine_family"] == "llamacpp-cuda" and r["error_rel"] is not None]
+    assert cuda["inside_80"] == sum(1 for r in done if r["inside_interval"])
+    assert cuda["coverage_80"] == cuda["inside_80"] / len(done)
+    # a widened row's interval is its unwidened one plus the stated error on each side
+    assert cuda["widened"] == sum(1 for r in done if r["source_widening_rel"] > 0)
+    assert all(r["inside_interval"] or not r["inside_unwidened"] for r in done)

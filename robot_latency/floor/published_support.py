@@ -1,0 +1,83 @@
+"""What a published-table answer rests on, and the wider interval of one that rests on one source.
+
+A device's decode answer rests on the sources that measured the engine family there: the
+distinct sources of the family's rows on the device (flagged sources set aside, as the answer
+sets them aside), or, on a device without rows, those of the rows its fit borrows (module or
+family scope). Where that is one source, the 80% interval (``family_interval``: residuals that
+mostly measure how one source's setups agree with each other) says nothing about how far a
+second source would land; it is widened on each side by the family's leave-one-source-out
+median absolute error (``published_checks.leave_one_source_out``), the typical miss of an
+answer whose source is new. A family whose every row comes from one source has no such error
+of its own: the error pooled over every family's rows stands in, and a note says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from robot_latency.floor.calibration import Calibration
+from robot_latency.floor.published_prefill import PrefillRow, load_prefill_table
+from robot_latency.floor.published_table import PublishedRow, not_predicted_reason
+
+__all__ = ["answer_sources", "loso_error", "widen_interval", "with_source_support"]
+
+
+def answer_sources(cal: Calibration, rows: Sequence[PublishedRow]) -> tuple[str, ...]:
+    """The distinct sources ``cal``'s answer on its device rests on (see the module doc)."""
+    here = {r.source for r in rows
+            if r.engine_family == cal.engine_family and r.device == cal.device_id
+            and not_predicted_reason(r) is None and r.source not in cal.set_aside}
+    return tuple(sorted(here)) if here else tuple(cal.sources)
+
+
+@functools.lru_cache(maxsize=64)
+def _loso_by_family(table: tuple[PublishedRow, ...]) -> tuple[dict[str, float | None],
+                                                                float | None]:
+    from robot_latency.floor.published_checks import leave_one_source_out
+
+    got = leave_one_source_out(table)
+    errs = [abs(r["error_rel"]) for r in got["rows"] if r["error_rel"] is not None]
+    return ({f: s["median_abs_error"] for f, s in got["by_family"].items()},
+            statistics.median(errs) if errs else None)
+
+
+def loso_error(engine_family: str, rows: Sequence[PublishedRow]) -> tuple[float | None, str]:
+    """The family's leave-one-source-out median absolute error over ``rows``, and where it
+    comes from (the family's own rows, or every family's pooled where it has none)."""
+    by_family, pooled = _loso_by_family(tuple(rows))
+    own = by_family.get(engine_family)
+    if own is not None:
+        return own, f"{engine_family}'s leave-one-source-out median error"
+    return pooled, (f"leave-one-source-out median error pooled over every family ({engine_family}"
+                    " has none of its own: its rows come from one source)")
+
+
+def widen_interval(interval_rel: tuple[float, float],
+                   widening_rel: float) -> tuple[float, float]:
+    """``interval_rel`` widened by ``widening_rel`` on each side (the low end kept above -1)."""
+    lo, hi = interval_rel
+    return (max(-0.99, lo - widening_rel), hi + widening_rel)
+
+
+def with_source_support(cal: Calibration, rows: Sequence[PublishedRow],
+                        prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
+    """``cal`` with its answer's sources counted (decode, and prefill from ``prefill_rows``,
+    the shipped table by default) and, where the decode answer rests on one source, its decode
+    interval widened by the family's leave-one-source-out error (noted)."""
+    sources = answer_sources(cal, rows)
+    basis = set(cal.prefill_basis)
+    pf = prefill_rows if prefill_rows is not None else load_prefill_table()
+    cal = replace(cal, answer_sources=sources,
+                  prefill_sources=tuple(sorted({r.source for r in pf if r.id in basis})))
+    if len(sources) != 1:
+        return cal
+    error, what = loso_error(cal.engine_family, rows)
+    if not error:
+        return cal
+    return replace(cal, interval_rel=widen_interval(cal.interval_rel, error),
+                   source_widening_rel=error, notes=(
+                       *cal.notes, f"rests on one source ({sources[0]}): interval widened by "
+                       f"{100 * error:.1f}% each side, {what}"))

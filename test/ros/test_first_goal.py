@@ -1,4 +1,5 @@
-"""The first PlanCommand goal after start-up, from outside, over Fast DDS: ``planner_node`` on
+"""The first PlanCommand goal after start-up, from outside, over Fast DDS: ``planner_node``, and
+``managed_planner_node`` configured and activated as planner.launch.py's autostart does, on
 llama.cpp and the shipped planner model in its own process, an rclpy client here (no mocks).
 
 A behaviour tree's first call after bring-up: it waits for the action server and for
@@ -92,18 +93,26 @@ def _send_first_goal(planner: Planner, text: str) -> dict[str, Any]:
     return box
 
 
-@pytest.fixture(scope="module")
-def planner(ros_context: Context, spinner_for: Callable[[Context], Spinner],
+@pytest.fixture(scope="module", params=["planner_node", "managed_planner_node"])
+def planner(request: pytest.FixtureRequest, ros_context: Context,
+            spinner_for: Callable[[Context], Spinner],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
-    """planner_node on llama.cpp, started now; the client waits until it says it is ready."""
+    """The node (plain, or managed and brought up as planner.launch.py's autostart does) on
+    llama.cpp, started now; the client waits until it says it is ready."""
     log_dir = tmp_path_factory.mktemp("first-goal") / "run"
     env = {**os.environ, "ROS_DOMAIN_ID": str(ros_context.get_domain_id()),
            "ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "PYTHONUNBUFFERED": "1"}
-    proc = popen([str(BIN / "planner_node"), "--ros-args", "-p", "engine:=llamacpp",
+    proc = popen([str(BIN / request.param), "--ros-args", "-p", "engine:=llamacpp",
                   "-p", "mode:=event", "-p", f"log_dir:={log_dir}",
                   "-p", f"deadline_ms:={NODE_DEADLINE_MS}", "-p", f"period_ms:={NODE_DEADLINE_MS}"],
                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if request.param == "managed_planner_node":
+        up = popen([sys.executable, "-m", "robot_latency.ros.lifecycle_autostart",
+                    "/planner_node", "--timeout-s", str(START_TIMEOUT_S)], env=env,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = up.communicate(timeout=START_TIMEOUT_S + 30)
+        assert up.returncode == 0, out.decode(errors="replace")
     with spinner_for(ros_context) as spin:
         node = spin.add(Node("first_goal_client", context=ros_context))
         ready: list[bool] = []

@@ -38,13 +38,10 @@ from benchio import emit_result
 
 from robot_latency.floor.energy import validate_energy
 from robot_latency.floor.published import load_table, validate_table
-from robot_latency.floor.published_checks import (
-    device_stability,
-    leave_one_source_out,
-    validate_prefill,
-)
+from robot_latency.floor.published_checks import device_stability, validate_prefill
 from robot_latency.floor.published_modes import validate_modes
 from robot_latency.floor.published_prefill import load_prefill_table
+from robot_latency.floor.published_support import leave_one_source_out_coverage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_table(args.table) if args.table else load_table()
     prefill_rows = load_prefill_table(args.prefill_table)
     decode = validate_table(rows)
-    loso = leave_one_source_out(rows, coverage=True)
+    loso = leave_one_source_out_coverage(rows)
     stability = device_stability(rows=rows)
     prefill = validate_prefill(prefill_rows)
     modes = validate_modes(rows)

@@ -21,11 +21,8 @@ from robot_latency.floor.published import (
     nearest_rows,
     validate_table,
 )
-from robot_latency.floor.published_checks import (
-    device_stability,
-    leave_one_source_out,
-    validate_prefill,
-)
+from robot_latency.floor.published_checks import device_stability, validate_prefill
+from robot_latency.floor.published_support import leave_one_source_out_coverage
 from robot_latency.floor.runs import calibrate_runs
 from robot_latency.floor.target import (
     adjust_for_model,
@@ -167,7 +164,7 @@ def _predict_stream(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     rows = load_table(args.table) if args.table else None
     result = validate_table(rows)
-    result["leave_one_source_out"] = leave_one_source_out(rows, coverage=True)
+    result["leave_one_source_out"] = leave_one_source_out_coverage(rows)
     result["device_stability"] = device_stability(rows=rows)
     result["prefill"] = validate_prefill()
     if args.json:

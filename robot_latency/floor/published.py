@@ -39,8 +39,8 @@ from robot_latency.floor.published_fit import (
     family_interval,
     model_adjustment,
     setup_fits,
-    table_calibration,
 )
+from robot_latency.floor.published_support import table_calibration
 from robot_latency.floor.published_table import (
     METRICS,
     OPTIONAL_ROW_FIELDS,

@@ -13,18 +13,17 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from robot_latency.floor.calibration import Calibration, check_engine_family
+from robot_latency.floor.calibration import check_engine_family
 from robot_latency.floor.devices import DEVICES
 from robot_latency.floor.errors import CalibrationError
 from robot_latency.floor.modelinfo import facts_from_preset
 from robot_latency.floor.predict import predict_floor
-from robot_latency.floor.published_fit import _ladder, family_interval, table_calibration
+from robot_latency.floor.published_fit import _ladder
 from robot_latency.floor.published_modes import predict_row
 from robot_latency.floor.published_prefill import (
     PrefillRow,
@@ -41,7 +40,6 @@ from robot_latency.floor.published_table import (
     PublishedRow,
     load_table,
     not_predicted_reason,
-    row_point,
 )
 
 __all__ = [
@@ -127,6 +125,11 @@ def validate_prefill(rows: Sequence[PrefillRow] | None = None) -> dict[str, Any]
             "devices": sorted({r.device for r in table})}
 
 
+#: A held-out row's stated interval: (row, predicted ms, the table without its source) to the
+#: fields ``leave_one_source_out`` adds to the row.
+IntervalOf = Callable[[PublishedRow, float, list[PublishedRow]], dict[str, Any]]
+
+
 def _predict_row(row: PublishedRow, table: Sequence[PublishedRow]) -> tuple[float, Any] | None:
     """The row's step time as its device's answer from ``table`` (no setup named)."""
     try:
@@ -137,17 +140,18 @@ def _predict_row(row: PublishedRow, table: Sequence[PublishedRow]) -> tuple[floa
 
 
 def leave_one_source_out(rows: Sequence[PublishedRow] | None = None, *,
-                         coverage: bool = False) -> dict[str, Any]:
+                         interval_of: IntervalOf | None = None) -> dict[str, Any]:
     """Predict every decode row as its device's answer from a table without its source.
 
     Returns the rows (``error_rel = predicted / measured - 1``, the scope and sources the
     answer rested on), and per family and per source the median and max absolute error, beside
-    each source's agreement check (``published_sources.source_checks``). With ``coverage``,
-    each row also gets the 80% interval that answer states (``table_calibration`` on the table
-    without the source: widened where it then rests on one source, by the leave-one-source-out
-    error of that smaller table) and whether its measurement falls inside, with and without the
-    widening; the summaries get the share inside (``coverage_80``, ``coverage_80_unwidened``).
+    each source's agreement check (``published_sources.source_checks``). With ``interval_of``
+    (``published_support.leave_one_source_out_coverage`` gives the stated one), each row also
+    gets the 80% interval that answer states and whether its measurement falls inside, with and
+    without the one-source widening; the summaries get the share inside (``coverage_80``,
+    ``coverage_80_unwidened``).
     """
+    coverage = interval_of is not None
     table = tuple(rows if rows is not None else load_table())
     out = []
     for row in table:
@@ -165,7 +169,7 @@ def leave_one_source_out(rows: Sequence[PublishedRow] | None = None, *,
                     "device": row.device, "measured_ms": row.itl_ms, "predicted_ms": pred,
                     "error_rel": pred / row.itl_ms - 1, "scope": cal.scope,
                     "rests_on": list(cal.sources), "set_aside": list(cal.set_aside),
-                    "reason": None, **(_held_out_interval(row, pred, rest) if coverage else {})})
+                    "reason": None, **(interval_of(row, pred, rest) if interval_of else {})})
 
     def summary(done: list[dict[str, Any]]) -> dict[str, Any]:
         errs = [r["error_rel"] for r in done if r["error_rel"] is not None]
@@ -188,32 +192,6 @@ def leave_one_source_out(rows: Sequence[PublishedRow] | None = None, *,
                       for s in sorted({r["source"] for r in out})},
         "source_checks": {f: [c.to_dict() for c in source_checks(table, f)] for f in families},
     }
-
-
-def _held_out_interval(row: PublishedRow, pred_ms: float,
-                       rest: Sequence[PublishedRow]) -> dict[str, Any]:
-    """The 80% interval the device's answer states from ``rest`` (the table without the row's
-    source), at ``pred_ms``, with and without the one-source widening, and whether the row's
-    measurement lies inside each."""
-    key = tuple(rest)
-    cal = _answer_calibration(row.engine_family, row.device, key)
-    plain = family_interval(row.engine_family, rows=key)
-    floor = row_point(row).floor_ms
-
-    def ms(rel: tuple[float, float]) -> list[float]:
-        return [max(floor, pred_ms * (1 + rel[0])), pred_ms * (1 + rel[1])]
-
-    wide, narrow = ms(cal.interval_rel), ms(plain)
-    return {"interval_ms": wide, "inside_interval": wide[0] <= row.itl_ms <= wide[1],
-            "inside_unwidened": narrow[0] <= row.itl_ms <= narrow[1],
-            "answer_sources": list(cal.answer_sources),
-            "source_widening_rel": cal.source_widening_rel}
-
-
-@functools.lru_cache(maxsize=256)
-def _answer_calibration(family: str, device_id: str,
-                        table: tuple[PublishedRow, ...]) -> Calibration:
-    return table_calibration(family, device_id, rows=table)
 
 
 def device_stability(engine_family: str = "llamacpp-cuda", *,

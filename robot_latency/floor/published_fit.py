@@ -54,9 +54,9 @@ __all__ = [
     "INTERVAL_COVERAGE",
     "ModelAdjustment",
     "family_interval",
+    "fitted_calibration",
     "model_adjustment",
     "setup_fits",
-    "table_calibration",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,10 +111,10 @@ def _setup_overheads(rows: Sequence[PublishedRow], family: str) -> list[float]:
     return out
 
 
-def table_calibration(engine_family: str, device_id: str, *,
-                      rows: Sequence[PublishedRow] | None = None,
-                      exclude: str | None = None, setup: str | None = None,
-                      prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
+def fitted_calibration(engine_family: str, device_id: str, *,
+                        rows: Sequence[PublishedRow] | None = None,
+                        exclude: str | None = None, setup: str | None = None,
+                        prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
     """Fit the calibration of ``engine_family`` on ``device_id`` from the table's rows.
 
     The ladder, most specific first: the rows of ``setup`` (or, when none is named, of the
@@ -127,8 +127,8 @@ def table_calibration(engine_family: str, device_id: str, *,
     predict (``not_predicted_reason``) are never used. The interval is the family's
     (``family_interval``). With no ``setup`` named, a flagged source cannot alone set the
     answer (``published_sources``: its rows are set aside while other sources' remain; named in
-    ``set_aside`` and the notes). An answer resting on one source has its interval widened by
-    the family's leave-one-source-out error (``published_support``). The prefill terms come
+    ``set_aside`` and the notes). The answer as stated, its interval widened where it rests on
+    one source, is ``published_support.table_calibration``'s. The prefill terms come
     from the prefill table (``prefill_rows``, the shipped one by default; ``prefill_fit``), the
     same sources set aside; a family without prefill rows is ``prefill uncalibrated``.
 
@@ -141,8 +141,7 @@ def table_calibration(engine_family: str, device_id: str, *,
     _log_table_summary(tuple(table))
     cal = _ladder(family, device_id, table, exclude=exclude, setup=setup)
     cal = replace(cal, interval_rel=family_interval(family, rows=table, exclude=exclude))
-    from robot_latency.floor.published_support import with_source_support  # it imports this
-    return with_source_support(_with_prefill(cal, table, prefill_rows), table, prefill_rows)
+    return _with_prefill(cal, table, prefill_rows)
 
 
 def _answer_pool(family: str, table: Sequence[PublishedRow],

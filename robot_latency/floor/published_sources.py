@@ -3,7 +3,7 @@ device's answer.
 
 Each source's rows are predicted from a fit of its engine family over every *other* source's rows
 (pooled over devices, each row against its own device's bandwidth floor, as the ``family`` scope
-of :func:`~robot_latency.floor.published_fit.table_calibration` pools them). ``ratio`` is the
+of :func:`~robot_latency.floor.published_fit.fitted_calibration` pools them). ``ratio`` is the
 geometric mean of ``measured / predicted`` over the source's rows: 1 where the source measures
 what the others would lead one to expect, 5 where its step times are five times the others'. A
 source past ``SOURCE_DISAGREEMENT_FACTOR`` either way is *flagged*: its rows still predict its

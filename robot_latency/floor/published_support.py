@@ -17,12 +17,21 @@ import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from robot_latency.floor.calibration import Calibration
+from robot_latency.floor.published_checks import leave_one_source_out
+from robot_latency.floor.published_fit import family_interval, fitted_calibration
 from robot_latency.floor.published_prefill import PrefillRow, load_prefill_table
-from robot_latency.floor.published_table import PublishedRow, not_predicted_reason
+from robot_latency.floor.published_table import (
+    PublishedRow,
+    load_table,
+    not_predicted_reason,
+    row_point,
+)
 
-__all__ = ["answer_sources", "loso_error", "widen_interval", "with_source_support"]
+__all__ = ["answer_sources", "leave_one_source_out_coverage", "loso_error", "table_calibration",
+           "widen_interval", "with_source_support"]
 
 
 def answer_sources(cal: Calibration, rows: Sequence[PublishedRow]) -> tuple[str, ...]:
@@ -36,8 +45,6 @@ def answer_sources(cal: Calibration, rows: Sequence[PublishedRow]) -> tuple[str,
 @functools.lru_cache(maxsize=64)
 def _loso_by_family(table: tuple[PublishedRow, ...]) -> tuple[dict[str, float | None],
                                                                 float | None]:
-    from robot_latency.floor.published_checks import leave_one_source_out
-
     got = leave_one_source_out(table)
     errs = [abs(r["error_rel"]) for r in got["rows"] if r["error_rel"] is not None]
     return ({f: s["median_abs_error"] for f, s in got["by_family"].items()},
@@ -81,3 +88,48 @@ def with_source_support(cal: Calibration, rows: Sequence[PublishedRow],
                    source_widening_rel=error, notes=(
                        *cal.notes, f"rests on one source ({sources[0]}): interval widened by "
                        f"{100 * error:.1f}% each side, {what}"))
+
+
+def table_calibration(engine_family: str, device_id: str, *,
+                      rows: Sequence[PublishedRow] | None = None,
+                      exclude: str | None = None, setup: str | None = None,
+                      prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
+    """The calibration a device's answer states: ``published_fit.fitted_calibration``'s fit
+    (its arguments and errors), its sources counted, and its decode interval widened by the
+    family's leave-one-source-out error where it rests on one source."""
+    table = list(rows if rows is not None else load_table())
+    cal = fitted_calibration(engine_family, device_id, rows=table, exclude=exclude,
+                             setup=setup, prefill_rows=prefill_rows)
+    return with_source_support(cal, table, prefill_rows)
+
+
+def leave_one_source_out_coverage(rows: Sequence[PublishedRow] | None = None
+                                  ) -> dict[str, Any]:
+    """``published_checks.leave_one_source_out`` with each held-out row's stated 80% interval
+    (the answer from the table without its source, widened where that rests on one source, by
+    the smaller table's leave-one-source-out error) and whether the row lies inside it, with and
+    without the widening."""
+    return leave_one_source_out(rows, interval_of=_held_out_interval)
+
+
+def _held_out_interval(row: PublishedRow, pred_ms: float,
+                       rest: Sequence[PublishedRow]) -> dict[str, Any]:
+    key = tuple(rest)
+    cal = _answer_calibration(row.engine_family, row.device, key)
+    plain = family_interval(row.engine_family, rows=key)
+    floor = row_point(row).floor_ms
+
+    def ms(rel: tuple[float, float]) -> list[float]:
+        return [max(floor, pred_ms * (1 + rel[0])), pred_ms * (1 + rel[1])]
+
+    wide, narrow = ms(cal.interval_rel), ms(plain)
+    return {"interval_ms": wide, "inside_interval": wide[0] <= row.itl_ms <= wide[1],
+            "inside_unwidened": narrow[0] <= row.itl_ms <= narrow[1],
+            "answer_sources": list(cal.answer_sources),
+            "source_widening_rel": cal.source_widening_rel}
+
+
+@functools.lru_cache(maxsize=256)
+def _answer_calibration(family: str, device_id: str,
+                        table: tuple[PublishedRow, ...]) -> Calibration:
+    return table_calibration(family, device_id, rows=table)

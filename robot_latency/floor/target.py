@@ -37,8 +37,8 @@ from robot_latency.floor.published import (
     nearest_rows,
     published_file_bytes,
     scale_to_file,
-    table_calibration,
 )
+from robot_latency.floor.published_support import table_calibration
 
 __all__ = [
     "PublishedPrediction",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.records import CycleRecord
+from robot_latency.report.figsave import save_png
 from robot_latency.report.rundir import ReportError
 from robot_latency.report.table import fmt, markdown_lines, pct, rate_ci
 from robot_latency.stats import distribution, wilson_interval, write_summary
@@ -355,10 +356,7 @@ def plot_reaction_cdf(edges: Sequence[EdgeComparison],
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
-    return p
+    return save_png(fig, path)
 
 
 def load_edges(runs: Sequence[Any], run_dirs: Sequence[str | os.PathLike[str]]

@@ -24,6 +24,7 @@ from robot_latency.planner.target_inputs import TargetInputs, read_target_inputs
 from robot_latency.planner.target_sim import DEFAULT_DRAWS, DEFAULT_MISS_TARGET
 from robot_latency.planner.untimed import UntimedError
 from robot_latency.report.envelope import EnvelopeCell, ModuleEnvelope, envelope, envelope_lines
+from robot_latency.report.figsave import save_png
 
 __all__ = ["MAX_CELLS", "PARETO_PLOT", "envelope_section", "pareto_front", "plot_pareto"]
 
@@ -161,8 +162,5 @@ def plot_pareto(modules: Sequence[ModuleEnvelope], path: str | os.PathLike[str],
     ax.set_title("Operating envelope: miss rate against energy per plan", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, framealpha=0.9)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
-    return p
+    return save_png(fig, path)
 

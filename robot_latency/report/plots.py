@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from robot_latency.records import CycleRecord
 from robot_latency.report.diagnose import is_deadline_miss, is_model_miss, ordered_phases
+from robot_latency.report.figsave import save_png
 from robot_latency.report.phases import cycle_spans
 from robot_latency.report.rundir import (
     RunData,
@@ -39,17 +40,13 @@ log = logging.getLogger(__name__)
 #: Slowest cycles shown per run in the phase timeline.
 TIMELINE_CYCLES = 10
 
-_DPI = 110
 
 #: What every plot takes: ``(label, records, manifest)`` per configuration.
 Runs = Sequence[tuple[str, Sequence[CycleRecord], Mapping[str, Any] | None]]
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", dpi=_DPI, bbox_inches="tight")
-    return p
+    return save_png(fig, path)
 
 
 def _runs(runs: Runs) -> list[RunData]:

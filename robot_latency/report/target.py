@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.records import CycleRecord
+from robot_latency.report.figsave import save_png
 from robot_latency.report.rundir import RunData, target_device_id, target_prediction
 from robot_latency.report.table import markdown_lines, pct, rate_ci
 from robot_latency.stats import distribution, wilson_interval
@@ -285,10 +286,7 @@ def plot_target_e2e(levels: Sequence[TargetLevel],
         Line2D([], [], color="tab:blue", lw=0.8, label="ITL interval"),
         Line2D([], [], color="tab:red", lw=1.5, label="deadline")],
         loc="best", fontsize=8, framealpha=0.9)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
-    return p
+    return save_png(fig, path)
 
 
 # --- the loop simulated on the target (robot_latency.planner.target_sim) -----------------------

@@ -30,6 +30,7 @@ from robot_latency.planner.target_sim import (
     target_answer,
     target_rules,
 )
+from robot_latency.report.figsave import save_png
 from robot_latency.report.table import markdown_lines, n_sources
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,4 @@ def plot_deadline_curve(answers: Sequence[TargetAnswer],
                  "against deadline", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, framealpha=0.9)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", dpi=110, bbox_inches="tight")
-    return p
+    return save_png(fig, path)

@@ -21,13 +21,16 @@ from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import CompressedImage, Image
 
 from robot_latency.ros.cycle_stats import ClockBridge
 
 
 def camera_type(topic: str) -> type[Any]:
-    """The message type of a camera topic: CompressedImage for ``.../compressed``, else Image."""
+    """The message type of a camera topic: CompressedImage for ``.../compressed``, else Image.
+
+    sensor_msgs is imported here, not with the module: a text-only node runs without it."""
+    from sensor_msgs.msg import CompressedImage, Image
+
     return CompressedImage if topic.rstrip("/").endswith("/compressed") or \
         topic.rstrip("/") == "compressed" else Image
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CompressedImage, Image
 
 from robot_latency.ros.client_edge import ClientTracker
 from robot_latency.ros.pacing import Send
@@ -62,6 +61,9 @@ class FramePublisher:
         self.topic = camera_topic_for(frames, topic)
         self.tracker = tracker
         self.loader = FrameLoader(typestore())
+        from sensor_msgs.msg import CompressedImage, Image  # only a stream with frames needs it
+
+        self._types = (CompressedImage, Image)
         self.publisher = node.create_publisher(
             CompressedImage if self.compressed else Image, self.topic,
             QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
@@ -69,6 +71,7 @@ class FramePublisher:
     def message(self, frame: Frame) -> Any:
         """The message for ``frame`` (its bytes read now), header not yet stamped."""
         data = self.loader.data(frame)
+        CompressedImage, Image = self._types
         if self.compressed:
             msg = CompressedImage(format=frame.encoding)
         else:

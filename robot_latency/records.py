@@ -105,7 +105,12 @@ class CycleRecord:
 
     ``data_ns`` is when the data the cycle answers was taken, the stamp its plan carries: the
     command's send where stamped, else its arrival (re-plans of the same command too), else (no
-    command) the scheduled start. None in records written before it existed.
+    command) the scheduled start. None in records written before it existed. With a camera
+    frame it is the frame's stamp (on the loop's clock) instead: the plan answers the frame.
+
+    ``frame_stamp_ns`` is the header stamp (ROS clock, ns) of the camera frame that was newest
+    when the cycle started (the frame it plans with), ``frame_age_ms`` that frame's age then
+    (cycle start minus its stamp); both None for a text-only node or before the first frame.
     """
 
     run_id: str
@@ -151,6 +156,8 @@ class CycleRecord:
     label_kind: str | None = None
     fallback_correct: dict[str, bool] | None = None
     data_ns: int | None = None
+    frame_stamp_ns: int | None = None
+    frame_age_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:
@@ -163,6 +170,13 @@ class CycleRecord:
             raise RecordError(f"cycle {self.cycle}: token timestamps go backwards")
         if self.token_ns and self.token_ns[0] < self.scheduled_ns:
             raise RecordError(f"cycle {self.cycle}: first token before the cycle was scheduled")
+
+    def take_frame(self, frame: tuple[int, int] | None) -> None:
+        """Plan with the camera frame ``frame`` (its header stamp, its stamp on the loop's
+        clock): its stamps and its age at the cycle's start go in; None changes nothing."""
+        if frame is not None and self.started_ns is not None:
+            self.frame_stamp_ns, self.data_ns = frame
+            self.frame_age_ms = (self.started_ns - frame[1]) / 1e6
 
     # --- derived durations (ns, exact) -------------------------------------------------------
     @property

@@ -31,9 +31,22 @@ def _from_jsonl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frames_hz(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--frames-hz {text!r}: not a number") from None
+    if not (0 <= value <= 1000):
+        raise argparse.ArgumentTypeError(f"--frames-hz {text}: must be in [0, 1000]")
+    return value
+
+
 def cmd_streams_make(args: argparse.Namespace) -> int:
     """Write one stream (or, with --shipped, the streams the project ships) from the corpus,
     or (--from) a recorded JSONL stream as a bag."""
+    if args.frames_hz and (args.from_jsonl is not None or args.shipped):
+        raise UsageError("--frames-hz draws frames for a --process stream (a JSONL line's "
+                         "frame is its \"image\" file)")
     if args.from_jsonl is not None:
         return _from_jsonl(args)
     from robot_latency.models.corpus import CorpusConfig, generate_corpus
@@ -59,8 +72,10 @@ def cmd_streams_make(args: argparse.Namespace) -> int:
                          "FILE.jsonl)")
     path = make_stream_file(out, pick_texts(texts, args.count, seed=args.seed),
                             process=args.process, rate_hz=args.rate_hz, seed=args.seed,
-                            storage=args.storage, topic=args.topic)
-    echo(f"wrote {path}: {args.count} commands, {args.process} at {args.rate_hz:g} Hz")
+                            storage=args.storage, topic=args.topic, frames_hz=args.frames_hz)
+    echo(f"wrote {path}: {args.count} commands, {args.process} at {args.rate_hz:g} Hz"
+         + (f"; camera frames at {args.frames_hz:g} Hz on /camera/image/compressed"
+            if args.frames_hz else ""))
     return 0
 
 
@@ -89,4 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     sp.add_argument("--topic", default="/planner/command")
+    sp.add_argument("--frames-hz", type=_frames_hz, default=0.0, metavar="N",
+                    help="--process: also write a synthetic camera frame (a 128x96 PNG table "
+                         "scene) N times a second, as sensor_msgs/CompressedImage on "
+                         "/camera/image/compressed; default 0: none")
     sp.set_defaults(func=cmd_streams_make)

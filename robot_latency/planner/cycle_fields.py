@@ -59,10 +59,14 @@ def cycle_stats_fields(rec: CycleRecord, *, frame_age_ms: float | None = None) -
     """Return the CycleStats fields (:data:`CYCLE_STATS_FIELDS`, no header) of one record.
 
     ``tokens_in`` is -1 when unknown (the message's integer field has no null); every ``*_ms``
-    figure the cycle does not have is None.
+    figure the cycle does not have is None. ``frame_age_ms`` is the camera frame's age when the
+    plan was published (the record's own ``frame_age_ms`` is at the cycle's start).
     """
     phases = rec.phases_ns
     gaps = rec.itl_ns
+    if frame_age_ms is None and rec.frame_stamp_ns is not None and rec.data_ns is not None \
+            and rec.published_ns is not None:  # the frame's age when the plan went out
+        frame_age_ms = (rec.published_ns - rec.data_ns) / 1e6
     return {
         "cycle": int(rec.cycle),
         "command_id": rec.command_id or "",

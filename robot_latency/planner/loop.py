@@ -102,14 +102,13 @@ class PlannerLoop:
                  run_id: str | None = None,
                  floor: dict[str, Any] | None = None,
                  sleep_until: Callable[[int], None] | None = None) -> None:
-        self.config = config
-        self.runner = runner
-        self.publish = publish
-        self.sink = sink
-        self.clock = clock
-        self.planning = planning
-        self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.floor = floor
+        self.config, self.runner = config, runner
+        self.publish, self.sink = publish, sink
+        self.clock, self.planning = clock, planning
+        self.run_id, self.floor = run_id or uuid.uuid4().hex[:12], floor
+        #: the newest camera frame, read at each cycle's start: (its header stamp, its stamp
+        #: on this clock), or None (text only; :meth:`CycleRecord.take_frame`)
+        self.frame_source: Callable[[], tuple[int, int] | None] | None = None
         self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
         self.fallback = FallbackChain.of_run(config.fallback,
@@ -194,6 +193,7 @@ class PlannerLoop:
         if first_for_command and command is not None:
             rec.command_sent_ns = command.sent_ns
         rec.data_ns = command.stamp_ns if command is not None else scheduled_ns  # plan's stamp
+        rec.take_frame(self.frame_source() if self.frame_source is not None else None)
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns

@@ -20,6 +20,12 @@ one machine the two processes' times are comparable, so per command:
 
 Across machines the clocks differ by an unknown offset and ``transport`` includes it.
 
+With camera frames (the replayer sends a bag's frames, each stamped at its send), a plan whose
+``header.stamp`` is a frame's stamp came from that frame: the row has ``frame_stamp_ns`` and
+``frame_age_ms``, received minus the frame's send (on the same monotonic clock): how old the
+picture the robot acts on is when the plan arrives. With a limit (``max_frame_age_ms``, > 0) a
+plan from an older frame is ``stale``, counted beside late in the summary.
+
 A command is ``superseded`` when it never got a plan of its own but a later one did (the planner
 moved on to a newer command), ``unanswered`` when no later command was answered either. Both
 are misses as the receiver sees them, as is a plan that arrived after ``sent + deadline``.
@@ -71,6 +77,15 @@ class ClientRecord:
     plan_cycle: int | None = None
     plans_received: int = 0
     deadline_ms: float | None = None
+    frame_stamp_ns: int | None = None
+    frame_age_ms: float | None = None
+    max_frame_age_ms: float | None = None
+
+    @property
+    def stale(self) -> bool:
+        """Its plan came from a frame older than ``max_frame_age_ms`` (when that is > 0)."""
+        return (self.frame_age_ms is not None and bool(self.max_frame_age_ms)
+                and self.frame_age_ms > float(self.max_frame_age_ms))
 
     @property
     def reaction_client_ns(self) -> int | None:
@@ -87,7 +102,7 @@ class ClientRecord:
         """Return the JSON row (stored fields, then the derived ones)."""
         r = self.reaction_client_ns
         return {**asdict(self), "reaction_client_ms": None if r is None else r / 1e6,
-                "deadline_met": self.deadline_met}
+                "deadline_met": self.deadline_met, "stale": self.stale}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClientRecord:
@@ -105,9 +120,13 @@ def client_summary(records: Sequence[ClientRecord], *, unmatched_plans: int = 0,
     never answered). ``worst_plan_gap_ms`` is the longest time between two plans received.
     ``via``: how the client sent its commands and got their plans back, ``topic`` (tagged
     commands on planner/command, plans on planner/plan) or ``action`` (PlanCommand goals,
-    plans as their results).
+    plans as their results). ``frame_age_ms``: the camera frame's age at the receiver, over
+    the plans that came from a frame; ``answered_stale``: those older than
+    ``max_frame_age_ms``.
     """
     n = len(records)
+    aged = [r for r in records if r.frame_age_ms is not None]
+    limits = sorted({r.max_frame_age_ms for r in records if r.max_frame_age_ms})
     answered = [r for r in records if r.status == "answered"]
     misses = sum(1 for r in records if not r.deadline_met)
     late = sum(1 for r in answered if not r.deadline_met)
@@ -132,6 +151,11 @@ def client_summary(records: Sequence[ClientRecord], *, unmatched_plans: int = 0,
         "worst_plan_gap_ms": max(gaps) if gaps else None,
         "plans_unmatched": unmatched_plans,
         "plans_without_command": plans_without_command,
+        "frame_age_ms": distribution(r.frame_age_ms for r in aged
+                                     if r.frame_age_ms is not None).to_dict(),
+        "max_frame_age_ms": limits[0] if len(limits) == 1 else (limits or None),
+        "answered_stale": sum(1 for r in aged if r.stale),
+        "stale_rate": sum(1 for r in aged if r.stale) / len(aged) if aged and limits else None,
         "clock": SAME_HOST_CLOCK_NOTE,
     }
 
@@ -299,6 +323,8 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
             f"{fmt(t['p50'])} / {fmt(t['p99'])} / {fmt(t['max'])} ({t['n']})",
             miss, f"{s['superseded']} / {s['unanswered']}", str(s["plans_unmatched"]),
             _planner_rate(s)])
+    if any(e.summary.get("frame_age_ms", {}).get("n") for e in edges):
+        header, rows = _frame_columns(header, rows, edges)
     lines += markdown_lines(header, rows, aligned=False)
     flagged = [e for e in edges if e.summary.get("receiver_misses_exceed_planner")]
     lines.append("")
@@ -311,6 +337,19 @@ def edge_section(edges: Sequence[EdgeComparison]) -> list[str]:
             f"+{s['receiver_excess_pts']:.1f} points): plans on time where they were published "
             "arrived late; the transport margin did not cover the transport's tail.")
     return [*lines, ""] if flagged else lines
+
+
+def _frame_columns(header: list[str], rows: list[list[str]], edges: Sequence[EdgeComparison]
+                   ) -> tuple[list[str], list[list[str]]]:
+    """Add the camera frame's age at the receiver and the stale plans beside the late ones."""
+    out = []
+    for row, e in zip(rows, edges, strict=True):
+        s, a = e.summary, e.summary.get("frame_age_ms") or {}
+        limit = s.get("max_frame_age_ms")
+        stale = "-" if not limit else f"{s['answered_stale']} (> {limit:g} ms)"
+        out.append([*row, f"{fmt(a.get('p50'), '.1f')} / {fmt(a.get('p99'), '.1f')} "
+                          f"({a.get('n', 0)})", f"{s['answered_late']} / {stale}"])
+    return [*header, "frame age p50/p99 ms (n)", "late / stale"], out
 
 
 def _planner_rate(s: dict[str, Any]) -> str:

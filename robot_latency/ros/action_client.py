@@ -26,6 +26,7 @@ from rclpy.action import ActionClient
 from rclpy.node import Node
 from unique_identifier_msgs.msg import UUID
 
+from robot_latency.ros.camera import stamp_ns
 from robot_latency.ros.client_edge import ClientTracker
 from robot_latency.ros.plan_msg import plan_envelope
 from robot_latency.ros.topics import PLAN_ACTION
@@ -136,7 +137,7 @@ class GoalSender:
             return
         if self.on_plan is not None:
             self.on_plan(plan)
-        self.tracker.received(plan_envelope(plan), received_ns)
+        self.tracker.received(plan_envelope(plan), received_ns, stamp_ns=stamp_ns(plan))
 
     def destroy(self) -> None:
         """Remove the action client and its guard condition from the node."""

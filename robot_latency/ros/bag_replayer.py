@@ -42,8 +42,10 @@ from std_msgs.msg import Bool, String
 
 from robot_latency.report.client import write_client_log
 from robot_latency.ros.action_client import GoalSender
+from robot_latency.ros.camera import stamp_ns
 from robot_latency.ros.client_edge import ClientTracker, make_sender
 from robot_latency.ros.declare import declare_table, unknown_overrides
+from robot_latency.ros.frame_publisher import FramePublisher
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.pacing import Pacer, Send, schedule
 from robot_latency.ros.param_spec import ParamError
@@ -88,8 +90,11 @@ class BagReplayerNode(Node):
         for name in unknown_overrides(self, REPLAYER_PARAMS):
             self.get_logger().warning(f"parameter {name!r} is not a parameter of {node_name}; "
                                       "ignored (a typo?)")
+        s = self.settings
+        self.frames: FramePublisher | None = None
         try:
-            self.stream = read_stream(self.settings.bag, topic=self.settings.topic)
+            self.stream = read_stream(s.bag, topic=s.topic, camera_topic=(
+                s.bag_camera_topic if s.send_frames else ""))
         except StreamError as err:
             self._fail(str(err), EXIT_FAILED)
             return
@@ -100,7 +105,8 @@ class BagReplayerNode(Node):
         s = self.settings
         # The client edge: the receive time is read in the callback, so it includes this
         # executor's delay, as a robot's controller would feel it.
-        self.tracker = ClientTracker(deadline_ms=s.deadline_ms, via=s.send_via)
+        self.tracker = ClientTracker(deadline_ms=s.deadline_ms, via=s.send_via,
+                                     max_frame_age_ms=s.max_frame_age_ms)
         self._tagged_send = make_sender(self.tracker, self.send)
         self.client_edge = s.client_log_dir is not None or s.send_via == "action"
         self.goals: GoalSender | None = None
@@ -123,11 +129,20 @@ class BagReplayerNode(Node):
         if s.wait_for_ready:
             self.ready_sub = self.create_subscription(Bool, READY_TOPIC, self._on_ready,
                                                       ready_qos())
+        if self.stream.frames and s.send_frames:
+            try:  # the client edge measures the frames' age even when it writes no log
+                self.frames = FramePublisher(self, self.stream.frames, s.camera_topic,
+                                             self.tracker)
+            except StreamError as err:
+                self._fail(f"bad parameter: {err}", EXIT_BAD_PARAMETER)
+                return
         self.get_logger().info(
             f"stream {self.stream.source}: {len(self.stream.commands)} commands over "
             f"{self.stream.duration_ns / 1e9:.2f} s (topic {self.stream.topic}); publishing to "
             f"{self.resolve_topic_name(COMMAND_TOPIC)} at speed x{s.speed:g}, "
-            f"{s.loop_count} play(s)")
+            f"{s.loop_count} play(s)" + ("" if self.frames is None else
+                                         f"; {len(self.stream.frames)} camera frames to "
+                                         f"{self.resolve_topic_name(self.frames.topic)}"))
 
     def _fail(self, message: str, status: int) -> None:
         self.startup_error, self.startup_status = message, status
@@ -174,7 +189,7 @@ class BagReplayerNode(Node):
             self.tracker.received(msg.data, received_ns)
             return
         self._ack(msg.cycle)
-        self.tracker.received(plan_envelope(msg), received_ns)
+        self.tracker.received(plan_envelope(msg), received_ns, stamp_ns=stamp_ns(msg))
 
     def write_client_log(self) -> dict[str, Any]:
         """Log the client-edge summary; write client.jsonl and client_summary.json."""
@@ -188,7 +203,10 @@ class BagReplayerNode(Node):
             f"client edge: {summary['commands']} commands, {summary['answered']} answered "
             f"({summary['answered_late']} late), {summary['superseded']} superseded, "
             f"{summary['unanswered']} unanswered, {summary['plans_unmatched']} unmatched plans; "
-            f"reaction p50 {fmt(c['p50'])} ms, p99 {fmt(c['p99'])} ms (n={c['n']})")
+            f"reaction p50 {fmt(c['p50'])} ms, p99 {fmt(c['p99'])} ms (n={c['n']})"
+            + ("" if not (a := summary["frame_age_ms"])["n"] else
+               f"; frame age p50 {fmt(a['p50'])} ms, p99 {fmt(a['p99'])} ms (n={a['n']}), "
+               f"{summary['answered_stale']} stale"))
         out = self.settings.client_log_dir
         if out is not None:
             try:
@@ -225,9 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             spin_until(executor, stop, deadline_s=time.monotonic() + s.start_delay_s)
             start_ns = time.perf_counter_ns()
             sends = schedule(node.stream.commands, start_ns=start_ns, speed=s.speed,
-                             loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9))
+                             loop_count=s.loop_count, loop_gap_ns=round(s.loop_gap_s * 1e9),
+                             frames=node.stream.frames if node.frames is not None else ())
             pacer = Pacer(sends, node.send,
-                          send_item=node.send_item if node.client_edge else None)
+                          send_item=node.send_item if node.client_edge else None,
+                          send_frame=node.frames.send if node.frames is not None else None)
             pacer.start()
             spin_until(executor, stop, done=pacer.done.is_set)
             pacer.stop()
@@ -243,11 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             if node.client_edge:
                 node.write_client_log()
             executor.remove_node(node)
-            failed = pacer.report.failed or pacer.report.sent < len(sends)
+            failed = pacer.report.failed or pacer.report.sent < sum(
+                1 for item in sends if item.frame is None)
             return EXIT_FAILED if failed and not stop.is_set() else EXIT_OK
         finally:
             if pacer is not None:
                 pacer.stop()
+            if node is not None and node.frames is not None:
+                node.frames.close()
             if node is not None:
                 node.destroy_node()
 

@@ -109,11 +109,16 @@ class ClientTracker:
         clock: the host's monotonic clock in ns (the planner's clock, so the two compare).
         via: how commands are sent: ``topic`` (tagged on planner/command) or ``action``
             (PlanCommand goals); the summary says which.
+        max_frame_age_ms: a plan from a camera frame older than this at its receipt is stale
+            (None or 0: no limit).
     """
 
     def __init__(self, *, deadline_ms: float | None = None, clock: Clock = DEFAULT_CLOCK,
-                 via: str = "topic") -> None:
+                 via: str = "topic", max_frame_age_ms: float | None = None) -> None:
         self.deadline_ms = deadline_ms
+        self.max_frame_age_ms = max_frame_age_ms or None
+        #: camera frames sent: header stamp (ns) -> send time (this clock)
+        self._frames: dict[int, int] = {}
         self.clock = clock
         self.via = via
         self._lock = threading.Lock()
@@ -137,16 +142,23 @@ class ClientTracker:
             self._rows[command_id] = ClientRecord(command_id, sent_ns,
                                                   stream_command_id=stream_command_id, play=play)
 
+    def frame_sent(self, stamp_ns: int, sent_ns: int) -> None:
+        """Register a camera frame published with header stamp ``stamp_ns`` at ``sent_ns``."""
+        with self._lock:
+            self._frames[stamp_ns] = sent_ns
+
     def not_sent(self, command_id: str) -> None:
         """Forget a command whose publish failed."""
         with self._lock:
             if self._rows.pop(command_id, None) is not None:
                 self._order.remove(command_id)
 
-    def received(self, data: str | Mapping[str, Any],
-                 received_ns: int | None = None) -> ClientRecord | None:
+    def received(self, data: str | Mapping[str, Any], received_ns: int | None = None, *,
+                 stamp_ns: int | None = None) -> ClientRecord | None:
         """Take one plan (the envelope's JSON text, or the envelope read from a typed Plan:
         :func:`robot_latency.ros.plan_msg.plan_envelope`); return the command it answered.
+        ``stamp_ns``: the plan's ``header.stamp``; when it is a frame this client sent, the
+        plan came from that frame, and its age at receipt is recorded.
 
         Never raises for a bad plan: undecodable ones, plans without a command and plans
         whose id matches no sent command are counted.
@@ -189,6 +201,9 @@ class ClientTracker:
                 row.plan_source = source if isinstance(source, str) else None
                 cycle = envelope.get("cycle")
                 row.plan_cycle = cycle if isinstance(cycle, int) else None
+                if stamp_ns is not None and stamp_ns in self._frames:
+                    row.frame_stamp_ns = stamp_ns
+                    row.frame_age_ms = (now - self._frames[stamp_ns]) / 1e6
             return row
 
     def last_answered(self) -> bool:
@@ -207,7 +222,7 @@ class ClientTracker:
             rows = [self._rows[c] for c in self._order]
             later_answered = False
             for row in reversed(rows):
-                row.deadline_ms = self.deadline_ms
+                row.deadline_ms, row.max_frame_age_ms = self.deadline_ms, self.max_frame_age_ms
                 if row.received_ns is None:
                     row.status = "superseded" if later_answered else "unanswered"
                 else:

@@ -83,6 +83,10 @@ class ClockBridge:
             self._offsets[loop_clock] = clock_offset_ns(loop_clock, self.ros_clock_ns)
         return loop_ns + self._offsets[loop_clock]
 
+    def loop_ns(self, ros_ns: int, loop_clock: Callable[[], int]) -> int:
+        """``ros_ns`` (the ROS clock) on the loop's clock: :meth:`ros_ns` undone exactly."""
+        return ros_ns - (self.ros_ns(0, loop_clock))
+
 
 class CycleOutputs:
     """The per-cycle publishers: typed CycleStats on ``planner/cycle_stats``, and (``cycle_json``)

@@ -16,7 +16,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from robot_latency.planner.lifecycle import PlannerRun, RunError
 from robot_latency.planner.loop import Runner
@@ -25,6 +25,14 @@ from robot_latency.planner.resolve import ResolvedRun
 from robot_latency.records import CycleRecord
 
 log = logging.getLogger(__name__)
+
+class FrameSource(Protocol):
+    """Where a run's cycles get the newest camera frame (the node's camera)."""
+
+    def source_for(self, loop_clock: Callable[[], int]) -> Callable[[], tuple[int, int] | None]:
+        """The loop's frame source for a run on ``loop_clock``."""
+        ...
+
 
 #: How often an idle event-mode loop checks whether it should stop (s).
 _IDLE_POLL_S = 0.05
@@ -42,6 +50,8 @@ class PlannerDriver:
         runner: an engine runner already loaded (kept running when the run closes); None:
             the run starts its own and stops it at close.
         warm: run the warm-up generation in the loop's thread before the first cycle.
+        frames: the node's camera (:class:`robot_latency.ros.camera.CameraInput`); None: text
+            only.
 
     Raises:
         RunError: the run cannot start (log directory, model, engine).
@@ -50,12 +60,14 @@ class PlannerDriver:
     def __init__(self, config: ResolvedRun, *, publish_plan: Callable[[dict[str, Any]], None],
                  on_record: Callable[[CycleRecord], None] | None = None, max_cycles: int = 0,
                  id_prefix: str = "cmd-", runner: Runner | None = None,
-                 warm: bool = True) -> None:
+                 warm: bool = True, frames: FrameSource | None = None) -> None:
         self.max_cycles = max_cycles
         self.warm = warm
         self.id_prefix = id_prefix
         self.run = PlannerRun(config, publish=publish_plan, on_record=on_record, runner=runner)
         self.loop = self.run.loop
+        if frames is not None:  # each cycle plans with the camera's newest frame at its start
+            self.loop.frame_source = frames.source_for(self.run.clock)
         self._ids = itertools.count()
         self._ids_lock = threading.Lock()
         self._stop = threading.Event()

@@ -39,6 +39,7 @@ from robot_latency.planner.loop import Runner
 from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
+from robot_latency.ros.camera import CameraInput, camera_input
 from robot_latency.ros.client_edge import monotonic_clock_id, read_command
 from robot_latency.ros.cycle_stats import ClockBridge, CycleOutputs
 from robot_latency.ros.declare import declare_table, unknown_overrides
@@ -123,8 +124,8 @@ class PlannerCore:
         self.transport: TransportMargin | None = None
         self.window: CycleWindow | None = None
         self.tracker: DiagnosticsTracker | None = None
-        self._clock_id = monotonic_clock_id()
-        self.runs = 0
+        self.camera: CameraInput | None = None  # the camera_topic subscription (ros/camera.py)
+        self._clock_id, self.runs = monotonic_clock_id(), 0
         self.summaries: list[dict[str, Any]] = []
         #: the typed parameter values in effect (None until configured)
         self.values: dict[str, Any] | None = None
@@ -236,6 +237,7 @@ class PlannerCore:
             self.node.create_subscription(
                 String, STATE_TOPIC, self._on_state,
                 QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))]
+        self.camera = camera_input(self.node, settings.camera_topic, clocks, self._subs)
         # The deadline is kept where the plan is received: the node measures its own transport
         # (loopback pings at start-up, then its own plans) into the loop's margin, which
         # outlives a run (the start-up loopback is measured once).
@@ -259,9 +261,8 @@ class PlannerCore:
             self.node.destroy_subscription(sub)
         if self.probe is not None:
             self.probe.destroy()
-        self.outputs = self._cycle_out = self.probe = self.transport = None
-        self._subs = []
-        self.settings = self.values = self.thresholds = None
+        self.outputs = self._cycle_out = self.probe = self.transport = self.camera = None
+        self._subs, self.settings, self.values, self.thresholds = [], None, None, None
 
     # --- the run -----------------------------------------------------------------------------
     def open_run(self) -> PlannerDriver:
@@ -279,7 +280,7 @@ class PlannerCore:
                 cfg.settings, log_dir=activation_log_dir(cfg.log_dir, n)))
         try:
             driver = PlannerDriver(cfg, publish_plan=self._publish_plan,
-                                   on_record=self._on_record,
+                                   on_record=self._on_record, frames=self.camera,
                                    max_cycles=self.settings.max_cycles, runner=self.runner)
         except RunError as err:
             raise NodeStepError(str(err), EXIT_RUN_FAILED) from err
@@ -406,8 +407,7 @@ class PlannerCore:
 
     def report_error(self, name: str, message: str) -> None:
         """Log ``message`` as an error and publish it as an ERROR status named ``name``, again
-        every ``diagnostics_period_s`` until :meth:`clear_error`
-        (:mod:`robot_latency.ros.standing_errors`)."""
+        every ``diagnostics_period_s`` until :meth:`clear_error` (ros/standing_errors.py)."""
         self.logger.error(message)
         self.standing.report(name, message)
 

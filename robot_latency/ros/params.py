@@ -188,6 +188,10 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("cycle_json", True, "bool",
           "also publish each cycle record as JSON (std_msgs/String) on planner/cycle, beside the "
           "typed planner/cycle_stats; kept for one release"),
+    _spec("camera_topic", "", "string",
+          "camera topic to plan with (sensor_msgs/CompressedImage when it ends in /compressed, "
+          "else sensor_msgs/Image): each cycle takes the newest frame at its start, its stamp "
+          "in the plan's header and its age in the record; empty: text only"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -210,6 +214,7 @@ class PlannerSettings:
         max_cycles: stop after this many cycles; 0: until stopped.
         plan_json: also publish the JSON plan envelope on planner/plan_json.
         cycle_json: also publish each cycle record as JSON on planner/cycle.
+        camera_topic: the camera topic subscribed to; empty: text only.
         values: the typed parameter values the settings were built from.
         notes: things worth a log line (ignored options, defaults chosen).
     """
@@ -222,6 +227,7 @@ class PlannerSettings:
     notes: tuple[str, ...] = ()
     plan_json: bool = True
     cycle_json: bool = True
+    camera_topic: str = ""
 
 
 def resolve_device(device: str, *, sysfs_root: Path = Path("/"),
@@ -298,7 +304,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
     return PlannerSettings(run=run, diagnostics=diagnostics,
                            diagnostics_period_s=v["diagnostics_period_s"],
                            max_cycles=v["max_cycles"], values=v, plan_json=v["plan_json"],
-                           cycle_json=v["cycle_json"],
+                           cycle_json=v["cycle_json"], camera_topic=v["camera_topic"].strip(),
                            notes=tuple(notes) + _old_spellings(device_param))
 
 

@@ -58,6 +58,17 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
               "read from planner/plan) or action (a planner/plan_command goal each, with "
               "deadline_ms as the goal's deadline; its result is the plan received)",
               choices=SEND_VIA),
+    ParamSpec("bag_camera_topic", "", "string",
+              "the bag's camera topic (sensor_msgs/Image or CompressedImage) whose frames are "
+              "sent with the commands; empty: the bag's only image topic, if it has exactly one "
+              "(a JSONL stream's frames are its lines' images)"),
+    ParamSpec("send_frames", True, "bool", "send the stream's camera frames, if it has any"),
+    ParamSpec("camera_topic", "", "string",
+              "where the frames go, as recorded (CompressedImage or Image), each stamped with "
+              "its send; empty: camera/image/compressed or camera/image by the recorded type"),
+    ParamSpec("max_frame_age_ms", 0.0, "double",
+              "client edge: a plan from a camera frame older than this when it is received is "
+              "stale (ms); 0: no limit", low=0.0, high=3_600_000.0),
     ParamSpec("plan_json", False, "bool",
               "client edge on the topic: read the JSON envelope on planner/plan_json instead "
               "of the typed Plan on planner/plan (a planner that publishes only JSON)"),
@@ -85,6 +96,10 @@ class ReplayerSettings:
     send_via: str = "topic"
     plan_json: bool = False
     wait_for_ready: bool = True
+    bag_camera_topic: str | None = None
+    send_frames: bool = True
+    camera_topic: str | None = None
+    max_frame_age_ms: float | None = None
 
 
 def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
@@ -109,4 +124,8 @@ def replayer_settings(values: Mapping[str, Any]) -> ReplayerSettings:
                                             if v["client_log_dir"].strip() else None),
                             deadline_ms=v["deadline_ms"] or None,
                             send_via=v["send_via"].strip(), plan_json=v["plan_json"],
-                            wait_for_ready=v["wait_for_ready"])
+                            wait_for_ready=v["wait_for_ready"],
+                            bag_camera_topic=v["bag_camera_topic"].strip() or None,
+                            send_frames=v["send_frames"],
+                            camera_topic=v["camera_topic"].strip() or None,
+                            max_frame_age_ms=v["max_frame_age_ms"] or None)

@@ -10,6 +10,7 @@ from robot_latency.streams.arrivals import (
 )
 from robot_latency.streams.command import Command, CommandStream
 from robot_latency.streams.errors import StreamError
+from robot_latency.streams.frames import DEFAULT_CAMERA_TOPIC, Frame, FrameLoader
 from robot_latency.streams.jsonl import read_jsonl, write_jsonl
 from robot_latency.streams.reader import READERS, read_stream, stream_kind
 from robot_latency.streams.rosbag import (
@@ -28,6 +29,7 @@ from robot_latency.streams.shipped import (
 )
 
 __all__ = [
+    "DEFAULT_CAMERA_TOPIC",
     "DEFAULT_TOPIC",
     "PROCESSES",
     "READERS",
@@ -37,6 +39,8 @@ __all__ = [
     "STRING_TYPE",
     "Command",
     "CommandStream",
+    "Frame",
+    "FrameLoader",
     "StreamError",
     "StreamSpec",
     "arrival_times_ns",

@@ -14,6 +14,7 @@ import numpy as np
 
 from robot_latency.streams.command import Command
 from robot_latency.streams.rosbag import DEFAULT_TOPIC, write_bag
+from robot_latency.streams.scene import frame_times_ns, scene_frames
 
 #: Mean gap inside a burst, as a fraction of the mean gap 1/rate, when burst_gap_s is not given.
 BURST_INNER_FRACTION = 0.1
@@ -164,6 +165,7 @@ def make_stream_file(
     topic: str = DEFAULT_TOPIC,
     burst_size: int = 5,
     burst_gap_s: float | None = None,
+    frames_hz: float = 0.0,
 ) -> Path:
     """Make a synthetic command stream and write it as a new rosbag2 directory.
 
@@ -179,6 +181,9 @@ def make_stream_file(
         topic: Topic of the ``std_msgs/msg/String`` commands.
         burst_size: Commands per burst (bursty only).
         burst_gap_s: Mean quiet gap between bursts (bursty only).
+        frames_hz: Also write a synthetic camera frame (a 128x96 PNG table scene,
+            :mod:`robot_latency.streams.scene`) at this rate from the first command through the
+            last, on ``/camera/image/compressed``; 0: none.
 
     Returns:
         The bag directory.
@@ -197,4 +202,6 @@ def make_stream_file(
         burst_size=burst_size,
         burst_gap_s=burst_gap_s,
     )
-    return write_bag(path, commands, topic=topic, storage=storage)
+    frames = () if not frames_hz or not commands else scene_frames(
+        frame_times_ns(commands[-1].t_ns, frames_hz), seed=seed)
+    return write_bag(path, commands, topic=topic, storage=storage, frames=frames)

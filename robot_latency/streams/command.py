@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from robot_latency.streams.frames import Frame
+
 
 @dataclass(frozen=True)
 class Command:
@@ -47,6 +49,9 @@ class CommandStream:
         commands: The commands, ordered by arrival time.
         topic: The bag topic the commands came from; ``None`` for JSONL.
         skipped_lines: 1-based line numbers of JSONL lines skipped as bad (``on_bad_line="skip"``).
+        frames: The camera frames recorded with the commands (a bag's camera topic, a JSONL
+            line's ``image``), ordered by time; empty for a text-only stream.
+        camera_topic: The bag topic the frames came from; None without one.
     """
 
     name: str
@@ -54,6 +59,8 @@ class CommandStream:
     commands: tuple[Command, ...]
     topic: str | None
     skipped_lines: tuple[int, ...] = ()
+    frames: tuple[Frame, ...] = ()
+    camera_topic: str | None = None
 
     def __post_init__(self) -> None:
         for prev, cur in zip(self.commands, self.commands[1:], strict=False):

@@ -63,7 +63,9 @@ def jsonl_to_bag(src: Path | str, out: Path | str, *, topic: str = DEFAULT_TOPIC
     states = (state_topic or DEFAULT_STATE_TOPIC) if has_state else None
     if state_topic and not has_state:
         log.warning("%s: no line has a state; %s not written", src, state_topic)
-    bag = write_bag(out, stream.commands, topic=topic, storage=storage, state_topic=states)
+    # a line's image goes on the camera topic, as a CompressedImage at its command's time
+    bag = write_bag(out, stream.commands, topic=topic, storage=storage, state_topic=states,
+                    frames=stream.frames)
     return Converted(bag=bag, stream=stream, topic=topic, state_topic=states,
                      labels=_write_labels(stream, Path(out), src))
 

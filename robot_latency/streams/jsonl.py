@@ -4,7 +4,9 @@ An optional ``"id"`` (str) names the command; without it the id is ``f"{stream}:
 optional ``"state"`` (str) is the robot state text that goes with the command into the prompt of
 a planner profile whose template has ``{state}``. An optional ``"expected"`` is the command's
 label (a plan in the record's ``plan`` form, possibly partial, or ``"refuse"``), checked against
-the planner profile's schema when a run reads it.
+the planner profile's schema when a run reads it. An optional ``"image"`` names an image file
+(PNG or JPEG, relative to the JSONL file): a camera frame stamped at the line's time, just
+before its command (the stream's ``frames``; its bytes read when replayed).
 Blank lines are ignored. Times are made relative to the first command, like bag log times.
 """
 
@@ -13,11 +15,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from robot_latency.streams.command import Command, CommandStream
 from robot_latency.streams.errors import StreamError
+from robot_latency.streams.frames import Frame, image_file_frame
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,7 @@ class _BadLine(Exception):
 
 def read_jsonl(
     path: Path, *, topic: str | None = None, on_bad_line: str = "error",
-    state_topic: str | None = None,
+    state_topic: str | None = None, camera_topic: str | None = None,
 ) -> CommandStream:
     """Read a JSONL command stream.
 
@@ -39,6 +43,7 @@ def read_jsonl(
         path: The ``.jsonl`` file.
         topic: Ignored (JSONL has no topics); accepted so all readers share one signature.
         state_topic: Ignored likewise: a line's robot state is its ``state`` field.
+        camera_topic: Ignored likewise: a line's frame is its ``image`` file.
         on_bad_line: ``"error"`` raises on the first bad line; ``"skip"`` logs a warning per bad
             line, leaves it out and records its number in ``skipped_lines``.
 
@@ -64,6 +69,7 @@ def read_jsonl(
     name = path.stem
     entries: list[tuple[int, str, str | None, str | None, Any, int]] = []
     # (t_ns absolute, text, id, state, expected, line)
+    images: list[tuple[int, Frame]] = []  # (t_ns absolute, frame)
     skipped: list[int] = []
     seen_ids: set[str] = set()
     last_t_ns: int | None = None
@@ -71,11 +77,12 @@ def read_jsonl(
         if not line.strip():
             continue
         try:
-            t_ns, text, command_id, state, expected = _parse_line(line)
+            t_ns, text, command_id, state, expected, image = _parse_line(line)
             if last_t_ns is not None and t_ns < last_t_ns:
                 raise _BadLine(f"t_ns {t_ns} goes back in time (previous line: {last_t_ns})")
             if command_id is not None and command_id in seen_ids:
                 raise _BadLine(f"duplicate id {command_id!r}")
+            frame = None if image is None else _image_frame(path, image, t_ns, lineno)
         except _BadLine as err:
             if on_bad_line == "error":
                 raise StreamError(f"{path}:{lineno}: bad command line: {err} (--skip-bad-lines "
@@ -87,6 +94,8 @@ def read_jsonl(
         if command_id is not None:
             seen_ids.add(command_id)
         entries.append((t_ns, text, command_id, state, expected, lineno))
+        if frame is not None:
+            images.append((t_ns, frame))
 
     start_ns = entries[0][0] if entries else 0
     commands = tuple(
@@ -94,16 +103,27 @@ def read_jsonl(
                 state=state, expected=expected, line=lineno)
         for index, (t_ns, text, cid, state, expected, lineno) in enumerate(entries)
     )
+    frames = tuple(replace(frame, t_ns=t_ns - start_ns) for t_ns, frame in images)
     if not commands:
         log.warning("JSONL stream %s holds no commands", path)
     return CommandStream(
-        name=name, source=str(path), commands=commands, topic=None, skipped_lines=tuple(skipped)
+        name=name, source=str(path), commands=commands, topic=None, skipped_lines=tuple(skipped),
+        frames=frames,
     )
 
 
-def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None, Any]:
-    """Parse one non-blank line into (t_ns, text, id or None, state or None, expected or None);
-    raise _BadLine saying why not."""
+def _image_frame(path: Path, image: str, t_ns: int, lineno: int) -> Frame:
+    """The frame of a line's ``image`` (relative to the JSONL file); _BadLine when unusable."""
+    try:
+        return image_file_frame(path.parent / image, t_ns=t_ns, stamp_ns=t_ns,
+                                where=f"{path}:{lineno}")
+    except StreamError as err:
+        raise _BadLine(str(err).split(": ", 1)[1]) from None
+
+
+def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None, Any, str | None]:
+    """Parse one non-blank line into (t_ns, text, id or None, state or None, expected or None,
+    image or None); raise _BadLine saying why not."""
     try:
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -129,7 +149,10 @@ def _parse_line(line: bytes) -> tuple[int, str, str | None, str | None, Any]:
     state = obj.get("state")
     if state is not None and not isinstance(state, str):
         raise _BadLine(f"state must be a string, got {type(state).__name__}")
-    return t_ns, text, command_id, state, obj.get("expected")
+    image = obj.get("image")
+    if image is not None and (not isinstance(image, str) or not image):
+        raise _BadLine(f"image must be a non-empty string (a file path), got {image!r}")
+    return t_ns, text, command_id, state, obj.get("expected"), image
 
 
 def write_jsonl(path: Path | str, commands: Sequence[Command]) -> Path:

@@ -23,7 +23,7 @@ class StreamReader(Protocol):
 
     def __call__(
         self, path: Path, *, topic: str | None = None, on_bad_line: str = "error",
-        state_topic: str | None = None,
+        state_topic: str | None = None, camera_topic: str | None = None,
     ) -> CommandStream:
         """Read the stream at ``path``."""
         ...
@@ -67,7 +67,7 @@ def stream_kind(path: Path | str) -> str:
 
 def read_stream(
     path: Path | str, *, topic: str | None = None, on_bad_line: str = "error",
-    state_topic: str | None = None,
+    state_topic: str | None = None, camera_topic: str | None = None,
 ) -> CommandStream:
     """Read a command stream from a rosbag2 directory, a bare ``.mcap`` file or a ``.jsonl`` file.
 
@@ -79,6 +79,9 @@ def read_stream(
             warns, leaves it out and records its line number in ``skipped_lines``.
         state_topic: Bags only: a String topic of robot state; each command carries the latest
             state recorded at or before it (JSONL: each line's ``state`` field).
+        camera_topic: Bags only: the Image or CompressedImage topic whose frames come with the
+            commands (``frames``); default: the bag's only image topic, if it has exactly one;
+            ``""``: none. A JSONL line's frame is its ``image`` file.
 
     Returns:
         The commands, ordered by arrival, times in ns relative to the first command.
@@ -89,7 +92,7 @@ def read_stream(
     """
     path = Path(path)
     return READERS[stream_kind(path)](path, topic=topic, on_bad_line=on_bad_line,
-                                      state_topic=state_topic)
+                                      state_topic=state_topic, camera_topic=camera_topic)
 
 
 def labels_of_stream(stream: str | Path, *, schema: Mapping[str, Any]) -> LabelSet | None:

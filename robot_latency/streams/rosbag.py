@@ -31,6 +31,13 @@ from rosbags.typesys.store import Typestore
 
 from robot_latency.streams.command import Command, CommandStream
 from robot_latency.streams.errors import StreamError
+from robot_latency.streams.frames import (
+    DEFAULT_CAMERA_TOPIC,
+    Frame,
+    read_frames,
+    select_camera_topic,
+    write_frames,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +72,7 @@ def typestore() -> Typestore:
 
 
 def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error",
-             state_topic: str | None = None) -> CommandStream:
+             state_topic: str | None = None, camera_topic: str | None = None) -> CommandStream:
     """Read the commands on one String topic of a rosbag2 directory or a bare ``.mcap`` file.
 
     Args:
@@ -75,6 +82,9 @@ def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error"
         on_bad_line: Unused for bags (JSONL only); accepted so all readers share one signature.
         state_topic: a String topic of robot state: each command carries the latest state
             message recorded at or before it (None before the first).
+        camera_topic: an Image or CompressedImage topic whose frames come with the commands
+            (their bytes left in the bag: :class:`~robot_latency.streams.frames.FrameLoader`);
+            by default the bag's only image topic, if it has exactly one; ``""``: none.
 
     Returns:
         The stream, with times relative to the first message on the topic.
@@ -95,6 +105,11 @@ def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error"
             states = [] if state is None else [
                 (stamp, data) for _, stamp, data in reader.messages(
                     connections=[c for c in reader.connections if c.topic == state])]
+            camera = select_camera_topic(path, reader, camera_topic)
+            first_ns = min((stamp for stamp, _ in raw), default=0)
+            frames = () if camera is None else read_frames(path, reader, camera,
+                                                           start_ns=first_ns,
+                                                           typestore=typestore())
     except StreamError:
         raise
     except FileNotFoundError as err:
@@ -131,7 +146,8 @@ def read_bag(path: Path, *, topic: str | None = None, on_bad_line: str = "error"
     )
     if not commands:
         log.warning("Bag %s: topic %s holds no messages", path, selected)
-    return CommandStream(name=name, source=str(path), commands=commands, topic=selected)
+    return CommandStream(name=name, source=str(path), commands=commands, topic=selected,
+                         frames=frames, camera_topic=camera)
 
 
 def _describe(err: BaseException) -> str:
@@ -224,6 +240,8 @@ def write_bag(
     storage: str = "mcap",
     start_ns: int = DEFAULT_START_NS,
     state_topic: str | None = None,
+    frames: Sequence[Frame] = (),
+    camera_topic: str = DEFAULT_CAMERA_TOPIC,
 ) -> Path:
     """Write commands as ``std_msgs/msg/String`` messages into a new rosbag2 directory.
 
@@ -235,6 +253,9 @@ def write_bag(
             topic, logged at the command's time, before it.
         storage: ``"mcap"`` or ``"sqlite3"``.
         start_ns: Log time of ``t_ns == 0`` (ns since the epoch).
+        frames: camera frames (compressed: png or jpeg) to write as
+            ``sensor_msgs/msg/CompressedImage`` on ``camera_topic``, each logged and stamped at
+            ``start_ns + t_ns``.
 
     Returns:
         The bag directory.
@@ -264,6 +285,8 @@ def write_bag(
                     writer.write(state_conn, start_ns + command.t_ns,
                                  serialize_string(command.state))
                 writer.write(conn, start_ns + command.t_ns, serialize_string(command.text))
+            write_frames(writer, tuple(frames), topic=camera_topic, start_ns=start_ns,
+                         typestore=typestore())
     except Exception as err:
         # Writer raises WriterError, but a full disk or a bad path surface as OSError/apsw errors.
         raise StreamError(f"Could not write bag {path}: {_describe(err)}") from err

@@ -117,3 +117,22 @@ def test_make_from_jsonl_keeps_the_labels(tmp_path: Path,
         json.dumps({"t_ns": 1, "text": "stop", "expected": "refuse"})])
     assert main(["streams", "make", "--from", str(two), "--out", str(tmp_path / "b3")]) == 2
     assert "two.jsonl:2: command 'stop' is labelled two ways" in capsys.readouterr().err
+
+
+def test_make_a_stream_with_camera_frames(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "seen"
+    assert main(["streams", "make", "--out", str(out), "--process", "periodic", "--count", "3",
+                 "--rate-hz", "2", "--frames-hz", "4"]) == 0
+    assert "camera frames at 4 Hz on /camera/image/compressed" in capsys.readouterr().out
+    stream = read_stream(out)
+    assert len(stream.commands) == 3 and stream.camera_topic == "/camera/image/compressed"
+    # 4 Hz over the commands' 1 s: frames at 0, 250, 500, 750 and 1000 ms, each a PNG
+    assert [f.t_ns for f in stream.frames] == [k * 250_000_000 for k in range(5)]
+    assert {(f.encoding, f.width, f.height) for f in stream.frames} == {("png", 128, 96)}
+    # without --process there is nothing to draw frames for
+    assert main(["streams", "make", "--out", str(tmp_path / "s"), "--shipped",
+                 "--frames-hz", "4"]) == 2
+    with pytest.raises(SystemExit):  # argparse's own refusal
+        main(["streams", "make", "--out", str(tmp_path / "n"), "--process", "periodic",
+              "--frames-hz", "-1"])

@@ -50,6 +50,7 @@ INSTALL_REQUIRES = [
     "onnx>=1.23.2",
     "jsonschema>=4.26.0",
     "mcap>=1.6.0",
+    "Pillow>=12.3.0",
 ]
 
 EXTRAS = {

@@ -19,9 +19,9 @@ ROSDEP_KEYS = {"numpy": "python3-numpy", "psutil": "python3-psutil", "pyyaml": "
                "matplotlib": "python3-matplotlib", "tqdm": "python3-tqdm",
                "rosbags": "python3-rosbags-pip"}
 #: Runtime dependencies without a usable rosdep key: pip (requirements/jetson.txt), named in
-#: docs/INSTALL.md. (python3-jsonschema exists, but Ubuntu 22.04's is 3.2, older than the tested
-#: 4.26.)
-NO_ROSDEP_KEY = {"gguf", "onnx", "jsonschema", "mcap"}
+#: docs/INSTALL.md. (python3-jsonschema and python3-pil exist, but Ubuntu 22.04's are 3.2 and
+#: 9.0, older than the tested 4.26 and 12.3.)
+NO_ROSDEP_KEY = {"gguf", "onnx", "jsonschema", "mcap", "pillow"}
 #: Older in compat.txt than in base.txt: the point of the compatibility venv.
 OLDEST = {"numpy", "matplotlib"}
 

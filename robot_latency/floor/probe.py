@@ -40,7 +40,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
+#: A cached probe taken while the 1-minute load average was above this many runnable tasks per
+#: core is not reused: other work shared the memory bus, so the bandwidth it read is too low and
+#: a floor from it could exceed a measurement. The next call probes again.
+BUSY_LOAD_PER_CORE = 0.5
 DEFAULT_BUFFER_BYTES = 256 * 2**20
 _MATMUL_N = 1024
 _CACHE_FILE = "host_probe.json"
@@ -60,6 +64,7 @@ class HostProbe:
     hostname: str
     probed_at: str
     probe_version: int
+    load_avg_1m: float
 
     def to_sheet(self) -> DeviceSheet:
         """Return this measurement as the "host" datasheet."""
@@ -105,7 +110,9 @@ class HostProbe:
             if isinstance(value, bool):
                 raise ProbeError(f"host probe field {f.name!r} has the wrong type")
             if kind == "float":
-                if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                low_ok = f.name == "load_avg_1m" and isinstance(value, (int, float)) and value == 0
+                if (not isinstance(value, (int, float)) or not math.isfinite(value)
+                        or (value <= 0 and not low_ok)):
                     raise ProbeError(f"host probe field {f.name!r} must be a positive number")
                 value = float(value)
             elif kind == "int":
@@ -134,6 +141,7 @@ def probe_host(
         raise ValueError(f"threads must be at least 1, got {n_threads}")
 
     started_ns = time.perf_counter_ns()
+    load_avg = os.getloadavg()[0]
     # Fill with ones, not zeros: untouched calloc'd pages all map to one shared zero page, and
     # reading those never leaves the cache.
     buffer = np.ones(buffer_bytes // 8, dtype=np.int64)
@@ -153,6 +161,7 @@ def probe_host(
         hostname=socket.gethostname(),
         probed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         probe_version=PROBE_VERSION,
+        load_avg_1m=round(load_avg, 2),
     )
     for name in ("bandwidth_gbps", "bandwidth_single_gbps", "matmul_gflops"):
         value = getattr(probe, name)
@@ -294,6 +303,10 @@ def _read_cached_probe(path: Path) -> HostProbe | None:
         logger.info(
             "host probe cache %s was written for %s, not %s; probing again", path, there, here
         )
+        return None
+    if probe.load_avg_1m > BUSY_LOAD_PER_CORE * probe.cpu_cores:
+        logger.info("host probe cache %s was taken on a busy host (load %.2f on %d cores); "
+                    "probing again", path, probe.load_avg_1m, probe.cpu_cores)
         return None
     return probe
 

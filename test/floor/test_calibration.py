@@ -121,7 +121,7 @@ def test_host_prefill_is_a_prediction_never_a_floor() -> None:
     host = HostProbe(bandwidth_gbps=20.0, bandwidth_single_gbps=10.0, matmul_gflops=66.0,
                      cpu_cores=2, memory_bytes=8 * 2**30, cpu_model="x", machine="x86_64",
                      hostname="h", probed_at="2026-01-01T00:00:00+00:00",
-                     probe_version=1).to_sheet()
+                     probe_version=2, load_avg_1m=0.0).to_sheet()
     assert host.flops_is_peak is False
     model = facts_from_preset("qwen2.5-0.5b", quant="Q4_0")
     # a measured float32 matmul rate is no bound: no prefill floor from it

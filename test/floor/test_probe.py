@@ -13,6 +13,7 @@ import pytest
 from robot_latency.floor.devices import get_device
 from robot_latency.floor.errors import ProbeError
 from robot_latency.floor.probe import (
+    BUSY_LOAD_PER_CORE,
     PROBE_VERSION,
     HostProbe,
     default_cache_path,
@@ -39,6 +40,7 @@ def _sentinel_record(probe: HostProbe) -> dict:
     record = probe.to_dict()
     record["bandwidth_gbps"] = SENTINEL_BANDWIDTH
     record["probed_at"] = SENTINEL_TIME
+    record["load_avg_1m"] = 0.0  # taken on a quiet host (a loaded suite's own load aside)
     return record
 
 
@@ -145,6 +147,19 @@ def test_old_probe_version_is_not_used(tmp_path: Path) -> None:
     record["probe_version"] = PROBE_VERSION - 1
     cache.write_text(json.dumps(record))
     assert load_or_probe_host(cache, **FAST_PROBE).bandwidth_gbps != SENTINEL_BANDWIDTH
+
+
+def test_a_probe_taken_on_a_busy_host_is_not_reused(tmp_path: Path) -> None:
+    # Other work on the memory bus lowers the bandwidth read, and a floor from it could exceed
+    # a measurement: such a probe is kept (with its load) but the next call probes again.
+    cache = tmp_path / "host_probe.json"
+    record = _sentinel_record(probe_host(**FAST_PROBE))
+    record["load_avg_1m"] = BUSY_LOAD_PER_CORE * record["cpu_cores"] + 0.01
+    cache.write_text(json.dumps(record))
+    assert load_or_probe_host(cache, **FAST_PROBE).bandwidth_gbps != SENTINEL_BANDWIDTH
+    record["load_avg_1m"] = BUSY_LOAD_PER_CORE * record["cpu_cores"]
+    cache.write_text(json.dumps(record))
+    assert load_or_probe_host(cache, **FAST_PROBE).bandwidth_gbps == SENTINEL_BANDWIDTH
 
 
 def test_unwritable_cache_warns_and_still_returns_profile(

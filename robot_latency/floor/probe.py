@@ -293,7 +293,12 @@ def _read_cached_probe(path: Path) -> HostProbe | None:
         logger.warning("host probe cache %s is unreadable (%s); probing again", path, exc)
         return None
     try:
-        probe = HostProbe.from_dict(json.loads(text))
+        data = json.loads(text)
+        if isinstance(data, dict) and data.get("probe_version") != PROBE_VERSION:
+            logger.info("host probe cache %s was written by probe v%s, not v%d; probing again",
+                        path, data.get("probe_version"), PROBE_VERSION)
+            return None
+        probe = HostProbe.from_dict(data)
     except (ValueError, ProbeError) as exc:  # json.JSONDecodeError is a ValueError
         logger.warning("host probe cache %s is corrupt (%s); probing again", path, exc)
         return None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, quant_level, quant_list_arg, split_list
+from robot_latency.cli.find_rate import add_find_rate_args
 from robot_latency.cli.run import (
     add_host_load,
     add_run_args,
@@ -34,6 +35,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from robot_latency.report.correctness import correctness_for, correctness_markdown
     from robot_latency.report.rundir import load_runs
 
+    if args.find_rate:
+        from robot_latency.cli.find_rate import cmd_find_rate
+
+        return cmd_find_rate(args)
     stream = read_stream_arg(args)
     margin = args.target_transport_margin_ms  # the target's, for its answer (None: default)
     axes: dict[str, list[Any]] = {
@@ -214,4 +219,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="runs per configuration, interleaved round robin (each configuration "
                         "once, then again); N > 1: OUT/repeats.json and a table of each "
                         "figure's median across runs with its order-statistic interval")
+    add_find_rate_args(p)
     p.set_defaults(func=cmd_sweep)

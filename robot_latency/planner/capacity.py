@@ -34,8 +34,8 @@ from robot_latency.floor.steps import StepPredictor
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_sim import _Z80, SimCommand, _run, _service
 
-__all__ = ["CapacityError", "RateAnswer", "SpeedSearch", "find_rate", "search_speed",
-           "stream_rate_cmd_s"]
+__all__ = ["CapacityError", "RateAnswer", "SpeedSearch", "bisect_speed", "find_rate",
+           "search_speed", "stream_rate_cmd_s"]
 
 #: The slowest and the fastest replay speed the first round tries.
 LOW, HIGH = 2.0 ** -10, 2.0 ** 10
@@ -75,8 +75,7 @@ def search_speed(miss_at: Callable[[np.ndarray], np.ndarray], miss_target: float
         points: interior points per refining round.
         rounds: refining rounds after the first.
     """
-    if not 0 <= miss_target < 1:
-        raise CapacityError(f"miss target: must be in [0, 1), got {miss_target!r}")
+    _check_target(miss_target)
     if not 0 < low < high:
         raise CapacityError(f"speed range: must be 0 < low < high, got {low!r}, {high!r}")
     n = math.ceil(2 * math.log2(high / low))
@@ -97,6 +96,54 @@ def search_speed(miss_at: Callable[[np.ndarray], np.ndarray], miss_target: float
             break
         # refine strictly between the two, on a log scale
         grid = np.geomspace(held[0], failed[0], points + 2)[1:-1]
+    return SpeedSearch(held=None if held is None else held[0],
+                       failed=None if failed is None else failed[0],
+                       miss_held=None if held is None else held[1],
+                       miss_failed=None if failed is None else failed[1], tried=tried)
+
+
+def _check_target(miss_target: float) -> None:
+    if not 0 <= miss_target < 1:
+        raise CapacityError(f"miss target: must be in [0, 1), got {miss_target!r}")
+
+
+def bisect_speed(miss_one: Callable[[float], float], miss_target: float, *, start: float,
+                 trials: int) -> SpeedSearch:
+    """The same question as :func:`search_speed` when every speed costs a real run.
+
+    One speed at a time, at most ``trials`` of them: ``start``, then doubling (while it holds)
+    or halving (while it fails) until the two are bracketed, then bisection on a log scale
+    (the geometric mean) between the highest speed held and the lowest that failed. A speed
+    that holds raises ``held``, one that fails lowers ``failed``: every speed tried below the
+    answer held and the one reported as failed did fail (``miss_*`` are their own miss rates).
+
+    Args:
+        miss_one: the miss rate (fraction) measured at one speed factor.
+        miss_target: the highest miss rate that holds (fraction).
+        start: the first speed tried (> 0).
+        trials: the most speeds tried (>= 1).
+    """
+    _check_target(miss_target)
+    if not start > 0:
+        raise CapacityError(f"start speed: must be > 0, got {start!r}")
+    if trials < 1:
+        raise CapacityError(f"trials: must be >= 1, got {trials!r}")
+    held: tuple[float, float] | None = None
+    failed: tuple[float, float] | None = None
+    speed, tried = start, 0
+    while tried < trials:
+        miss = float(miss_one(speed))
+        tried += 1
+        if miss <= miss_target:
+            held = (speed, miss)
+        else:
+            failed = (speed, miss)
+        if held is None:
+            speed = failed[0] / 2  # type: ignore[index]
+        elif failed is None:
+            speed = held[0] * 2
+        else:
+            speed = math.sqrt(held[0] * failed[0])
     return SpeedSearch(held=None if held is None else held[0],
                        failed=None if failed is None else failed[0],
                        miss_held=None if held is None else held[1],

@@ -12,11 +12,13 @@ Per repeat, each format in turn (JSON, compact, JSON, compact, ...), through ``r
 * ``compact``: ``planner-inflated-<preset>`` with the ``bundled-actions`` profile (one token per
   action word).
 
-Per run: tokens per plan p50 / p95 (the model's plans), model plan time p50 / p95 (cycle start to
-last token), e2e p50 / p99, deadline miss rate here, and on the target the predicted e2e p50,
-receiver miss rate and the smallest deadline held at 5%. Medians over the repeats and the JSON /
-compact ratios are in ``summary``. ``--smoke``: the shipped small planners (no inflation), three
-commands, one repeat.
+Per run: tokens per plan p50 / p95 of the model's plans in the run (only the plans it finished:
+the short ones where most missed), model plans and model plan time p50 / p95 (cycle start to last
+token), e2e p50 / p99, deadline miss rate here, and on the target the predicted e2e p50, receiver
+miss rate, the smallest deadline held at 5% and the untimed pass's tokens per plan (every
+command's complete plan). Medians over the repeats and the JSON / compact ratios are in
+``summary``; its tokens per plan are the untimed pass's. ``--smoke``: the shipped small
+planners (no inflation), three commands, one repeat.
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def _median(runs: list[dict[str, Any]], get: Any) -> float | None:
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over repeats per format, and the JSON / compact ratios."""
-    keys = {"tokens_per_plan_p50": lambda r: (r["tokens_per_plan_p50_p95"] or [None])[0],
+    keys = {"tokens_per_plan_p50": lambda r: ((r.get("target") or {}).get("tokens_per_plan")
+                                              or r["tokens_per_plan_p50_p95"] or [None])[0],
+            "model_plans": lambda r: r["model_plans"],
             "plan_time_ms_p50": lambda r: (r["plan_time_ms_p50_p95"] or [None])[0],
             "e2e_ms_p50": lambda r: (r["e2e_ms_p50_p99"] or [None])[0],
             "deadline_miss_rate": lambda r: r["deadline_miss_rate"],

@@ -28,7 +28,7 @@ from robot_latency.errors import RobotLatencyError
 from robot_latency.lifetime import popen
 from robot_latency.planner.config import DEFAULT_TARGET_DEVICE, RunSettings
 from robot_latency.progress import CycleLogFollower, CycleProgress
-from robot_latency.rosenv import localhost_env
+from robot_latency.rosenv import localhost_env, ros_args
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +54,6 @@ def _bin(name: str) -> str:
     """Return the console script next to this interpreter (the venv's), else the PATH's."""
     candidate = Path(sys.executable).parent / name
     return str(candidate) if candidate.exists() else name
-
-
-def _ros_args(params: dict[str, str | int | float | bool]) -> list[str]:
-    args = ["--ros-args"]
-    for key, value in params.items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        args += ["-p", f"{key}:={text}"]
-    return args
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float, what: str,
@@ -123,14 +115,14 @@ def run_one(config: DemoConfig, *, stream: Path, run_dir: Path, speed: float = 1
     replay_log = run_dir.parent / f"{run_dir.name}.bag_replayer.log"
     params = {**config.params, "log_dir": str(run_dir), "label": config.label}
     with open(node_log, "wb") as nlog, open(replay_log, "wb") as rlog:
-        node = popen([_bin("planner_node"), *_ros_args(params)], env=env,
+        node = popen([_bin("planner_node"), *ros_args(params)], env=env,
                                 stdout=nlog, stderr=subprocess.STDOUT)
         try:
             # The manifest appears once the engine has loaded and the loop is about to run.
             _wait_for(run_dir / "manifest.json", node, start_timeout_s, "planner_node",
                       node_log)
             with CycleProgress(desc=config.label, enabled=progress) as bar:
-                _play([_bin("bag_replayer"), *_ros_args({"bag": str(stream), "speed": speed,
+                _play([_bin("bag_replayer"), *ros_args({"bag": str(stream), "speed": speed,
                                                         "tail_s": tail_s,
                                                         "client_log_dir": str(run_dir),
                                                         **config.replayer})],

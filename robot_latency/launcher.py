@@ -33,6 +33,7 @@ from types import FrameType
 
 from robot_latency.errors import RobotLatencyError
 from robot_latency.lifetime import popen
+from robot_latency.rosenv import ros_args
 
 __all__ = ["LAUNCHES", "LaunchError", "NodeProcess", "declared_arguments", "launch_dir",
            "plan_launch", "run_launch"]
@@ -105,15 +106,6 @@ def _bin(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-def _ros_args(params_file: str, params: Mapping[str, str]) -> list[str]:
-    args = ["--ros-args"]
-    if params_file:
-        args += ["--params-file", params_file]
-    for key, value in params.items():
-        args += ["-p", f"{key}:={value}"]
-    return args
-
-
 def _is_true(name: str, value: str) -> bool:
     text = value.strip().lower()
     if text not in ("", "true", "false", "1", "0"):
@@ -146,8 +138,8 @@ def plan_launch(name: str, arguments: Mapping[str, str], *, folder: Path | None 
     managed = _is_true("managed", arguments.get("managed", "false"))
     autostart = _is_true("autostart", arguments.get("autostart", "true") or "true")
     executable = "managed_planner_node" if managed else "planner_node"
-    processes = [NodeProcess(executable, (_bin(executable), *_ros_args(params_file,
-                                                                       planner_params)))]
+    processes = [NodeProcess(executable, (_bin(executable),
+                                          *ros_args(planner_params, params_file)))]
     if managed and autostart:
         processes.append(NodeProcess("lifecycle_autostart", (
             sys.executable, "-m", "robot_latency.ros.lifecycle_autostart", "/planner_node"),
@@ -156,7 +148,7 @@ def plan_launch(name: str, arguments: Mapping[str, str], *, folder: Path | None 
         replayer = _tables(path)["REPLAYER_PARAMETERS"]
         params = {k: v for k, v in arguments.items() if k in replayer and v != ""}
         processes.append(NodeProcess("bag_replayer", (_bin("bag_replayer"),
-                                                      *_ros_args("", params)), ends_launch=True))
+                                                      *ros_args(params)), ends_launch=True))
     return processes
 
 

@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -130,6 +131,18 @@ def _pip_rclpy(distro: str | None, rclpy_dir: Path | None) -> tuple[str, str] | 
         if rclpy_dir is None or located.resolve() == rclpy_dir.resolve():
             return name, dist.version
     return None
+
+
+def ros_args(params: Mapping[str, object], params_file: str = "") -> list[str]:
+    """Return a node's ``--ros-args`` for parameter values (``-p name:=value``; booleans as
+    ``true``/``false``), after ``--params-file`` when one is given."""
+    args = ["--ros-args"]
+    if params_file:
+        args += ["--params-file", params_file]
+    for key, value in params.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        args += ["-p", f"{key}:={text}"]
+    return args
 
 
 def localhost_env(base: dict[str, str] | None = None) -> dict[str, str]:

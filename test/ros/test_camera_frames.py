@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from robot_latency.records import read_records
 from robot_latency.report.client import compare_edges, edge_section, read_client_log
 from robot_latency.ros.client_edge import ClientTracker
 from robot_latency.ros.pacing import Pacer, schedule
+from robot_latency.rosenv import localhost_env, ros_args
 from robot_latency.streams import Command, write_bag
 from robot_latency.streams.scene import scene_frames
 
@@ -27,16 +27,8 @@ MS = 1_000_000
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "ROS_DOMAIN_ID": str(random.randint(101, 200)),
-            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
+    return {**localhost_env(), "ROS_DOMAIN_ID": str(random.randint(101, 200)),
             "PYTHONUNBUFFERED": "1"}
-
-
-def _ros_args(params: dict[str, object]) -> list[str]:
-    args = ["--ros-args"]
-    for k, v in params.items():
-        args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
-    return args
 
 
 def test_frames_are_scheduled_among_the_commands_and_sent_by_their_own_callback() -> None:
@@ -95,7 +87,7 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
     node_log = open(tmp_path / "node.log", "wb")
     node = popen(
         [sys.executable, "-m", "robot_latency.ros.planner_node",
-         *_ros_args({"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
+         *ros_args({"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
                      "deadline_ms": 150.0, "log_dir": str(run_dir), "label": "sim",
                      "camera_topic": "camera/image/compressed"})],
         env=env, stdout=node_log, stderr=subprocess.STDOUT)
@@ -107,7 +99,7 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
             time.sleep(0.1)
         replay = subprocess.run(
             [sys.executable, "-m", "robot_latency.ros.bag_replayer",
-             *_ros_args({"bag": str(bag), "tail_s": 60.0, "start_delay_s": 0.5,
+             *ros_args({"bag": str(bag), "tail_s": 60.0, "start_delay_s": 0.5,
                          "client_log_dir": str(run_dir), "max_frame_age_ms": 0.001})],
             env=env, capture_output=True, text=True, timeout=240, check=False,
             preexec_fn=follow_parent())

@@ -8,7 +8,6 @@ the report joins both sides' logs.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -35,6 +34,7 @@ from robot_latency.ros.client_edge import (
     tag_command,
     untag_command,
 )
+from robot_latency.rosenv import localhost_env, ros_args
 from robot_latency.streams import Command, write_jsonl
 
 MS = 1_000_000
@@ -135,16 +135,8 @@ def test_a_receiver_within_the_planner_misses_is_not_flagged() -> None:
 # --- over DDS -----------------------------------------------------------------------------------
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "ROS_DOMAIN_ID": str(random.randint(101, 200)),
-            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
+    return {**localhost_env(), "ROS_DOMAIN_ID": str(random.randint(101, 200)),
             "PYTHONUNBUFFERED": "1"}
-
-
-def _ros_args(params: dict[str, object]) -> list[str]:
-    args = ["--ros-args"]
-    for k, v in params.items():
-        args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
-    return args
 
 
 def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, object]
@@ -158,7 +150,7 @@ def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, ob
     node_log = open(tmp_path / "node.log", "wb")
     node = popen(
         [sys.executable, "-m", "robot_latency.ros.planner_node",
-         *_ros_args({"engine": "sim", "target_device": "orin-agx-64gb",
+         *ros_args({"engine": "sim", "target_device": "orin-agx-64gb",
                      "log_dir": str(run_dir), "label": "sim", **node_params})],
         env=env, stdout=node_log, stderr=subprocess.STDOUT)
     try:
@@ -170,7 +162,7 @@ def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, ob
         # tail_s bounds the wait for the last command's plan (the replayer leaves once it is in)
         replay = subprocess.run(
             [sys.executable, "-m", "robot_latency.ros.bag_replayer",
-             *_ros_args({"bag": str(stream), "tail_s": 60.0, "start_delay_s": 0.5,
+             *ros_args({"bag": str(stream), "tail_s": 60.0, "start_delay_s": 0.5,
                          "client_log_dir": str(run_dir)})],
             env=env, capture_output=True, text=True, timeout=240, check=False,
             preexec_fn=follow_parent())

@@ -44,7 +44,7 @@ from typing import Any
 
 from benchio import emit_result
 
-from robot_latency.demo_job import DemoConfig, _bin, _ros_args, run_one
+from robot_latency.demo_job import DemoConfig, _bin, run_one
 from robot_latency.lifetime import popen
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.ladder import (
@@ -55,6 +55,7 @@ from robot_latency.models.ladder import (
 )
 from robot_latency.records import read_records
 from robot_latency.report.client import compare_edges, read_client_log, read_client_rows
+from robot_latency.rosenv import ros_args
 from robot_latency.streams import SHIPPED_DIR, read_stream, write_jsonl
 
 NAIVE = Path(__file__).resolve().parent / "naive_node.py"
@@ -76,11 +77,11 @@ def run_naive(model: Path, *, stream: Path, out: Path, speed: float, deadline_ms
            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
            "PYTHONUNBUFFERED": "1"}
     with open(out / "naive_node.log", "wb") as nlog, open(out / "bag_replayer.log", "wb") as rlog:
-        node = popen([sys.executable, str(NAIVE), *_ros_args(
+        node = popen([sys.executable, str(NAIVE), *ros_args(
             {"model": str(model), "n_threads": n_threads, "n_threads_batch": n_threads_batch,
              "grammar": grammar})], env=env, stdout=nlog, stderr=subprocess.STDOUT)
         try:
-            subprocess.run([_bin("bag_replayer"), *_ros_args(
+            subprocess.run([_bin("bag_replayer"), *ros_args(
                 {"bag": str(stream), "speed": speed, "tail_s": tail_s,
                  "wait_for_subscriber_s": 300.0, "deadline_ms": deadline_ms,
                  "client_log_dir": str(out), "plan_json": True})],

@@ -194,6 +194,20 @@ def _bucketed(rows: Sequence[_Row], batch_size: int, rng: random.Random) -> list
     return out
 
 
+def _init_state(path: Path, tmap: TokenMap) -> dict[str, torch.Tensor]:
+    """Weights to start from: a ``ckpt.pt`` or a compact GGUF (the shipped model) whose id map is
+    ``tmap``'s."""
+    if path.suffix != ".gguf":
+        return torch.load(path)
+    from robot_latency.models.json_export import read_compact
+
+    _, tensors, ids, n_vocab, _ = read_compact(path)
+    if tuple(ids) != tmap.ids or n_vocab != tmap.n_vocab:
+        raise ValueError(f"{path}: its id map ({len(ids)} ids of {n_vocab}) is not this corpus's "
+                         f"({len(tmap.ids)} of {tmap.n_vocab})")
+    return {k: torch.from_numpy(v.astype("float32")) for k, v in tensors.items()}
+
+
 def train_json(shape: GGUFShape, corpus: JsonCorpus, tmap: TokenMap, cfg: JsonTrainConfig, *,
                checkpoint: Path | None = None, init: Path | None = None
                ) -> tuple[LlamaModel, list[float], float, int]:
@@ -206,14 +220,15 @@ def train_json(shape: GGUFShape, corpus: JsonCorpus, tmap: TokenMap, cfg: JsonTr
         tmap: the id map.
         cfg: optimisation settings.
         checkpoint: save the weights here every 100 steps (and at the end).
-        init: start from these weights (a checkpoint of the same shape) instead of random ones.
+        init: start from these weights (a checkpoint of the same shape, or a compact GGUF such as
+            the shipped one) instead of random ones.
     """
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     model = LlamaModel(shape)
     if init is not None:
-        model.load_state_dict(torch.load(init))
+        model.load_state_dict(_init_state(init, tmap))
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -334,8 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=JSON_SHAPE["dim"])
     ap.add_argument("--layers", type=int, default=JSON_SHAPE["n_layers"])
     ap.add_argument("--n-train", type=int, default=CorpusConfig.n_train)
+    ap.add_argument("--threads", type=int, default=JsonTrainConfig.threads,
+                    help="torch threads (1 where another job has the other core)")
     ap.add_argument("--init", type=Path, default=None,
-                    help="continue from this checkpoint (ckpt.pt of the same shape)")
+                    help="continue from this checkpoint (ckpt.pt of the same shape) or compact "
+                    "GGUF (robot_latency/data/models/planner-json.compact.gguf)")
     ap.add_argument("--n-eval", type=int, default=None,
                     help="evaluate on this many held-out rows (and half as many refusals)")
     args = ap.parse_args(argv)
@@ -347,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_vocab = tok.n_vocab
     tmap = token_map(corpus, n_vocab)
     cfg = JsonTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                          budget_s=args.budget_s or None)
+                          budget_s=args.budget_s or None, threads=args.threads)
     dims = {**JSON_SHAPE, "dim": args.dim, "n_layers": args.layers, "n_heads": args.dim // 32,
             "n_kv_heads": args.dim // 64,
             "ffn_dim": int(JSON_SHAPE["ffn_dim"] * args.dim / JSON_SHAPE["dim"]) // 8 * 8}

@@ -304,7 +304,7 @@ class BuildConfig:
     )
     dtype: str = "F32"
     context_length: int = 128
-    init_from: Path | None = None  # a built model directory whose vocabulary only grew
+    init_from: Path | None = None  # a built model directory (its vocabulary the same or smaller)
 
 
 def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str, Any]:
@@ -345,8 +345,7 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
     outputs: dict[str, list[list[int]]] = {}
     for role in ("target", "draft"):
         logger.info("training %s %s", role, shapes[role])
-        init = None if cfg.init_from is None else grown_model(
-            cfg.init_from / files[role], vocab, tuple(t for t in vocab.tokens if t != REFUSE_TOKEN))
+        init = None if cfg.init_from is None else grown_model(cfg.init_from / files[role], vocab)
         res = train_model(shapes[role], train_ex, trains[role], init)
         results[role] = res
         outputs[role] = greedy_decode(res.model, prompts, eos=vocab.eos_id)
@@ -426,12 +425,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--init-from", type=Path, default=None,
                     help="start from this directory's models (a vocabulary that only grew)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate of both models")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default 2)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cfg = BuildConfig(dtype=args.dtype, init_from=args.init_from)
     if args.lr is not None:
         cfg = replace(cfg, target_train=replace(cfg.target_train, lr=args.lr, warmup=20),
                       draft_train=replace(cfg.draft_train, lr=args.lr, warmup=20))
+    if args.threads is not None:
+        cfg = replace(cfg, target_train=replace(cfg.target_train, threads=args.threads),
+                      draft_train=replace(cfg.draft_train, threads=args.threads))
     if args.target_steps is not None:
         cfg = replace(cfg, target_train=replace(cfg.target_train, steps=args.target_steps))
     if args.draft_steps is not None:

@@ -138,3 +138,20 @@ def test_greedy_json_stops_on_an_unused_id(jcorpus, tok):
     outs = greedy_json(model, tmap, jcorpus.prefix, [r.suffix for r in jcorpus.heldout[:2]],
                        end=jcorpus.end_of_turn, max_new=5)
     assert outs == [[-1], [-1]]
+
+
+def test_training_starts_from_a_compact_gguf_of_the_same_id_map(jcorpus, tok, tmp_path):
+    from robot_latency.models.json_train import _init_state
+
+    tmap = token_map(jcorpus, tok.n_vocab)
+    torch.manual_seed(2)
+    shape = GGUFShape(vocab_size=tmap.size, dim=32, n_layers=1, n_heads=1, n_kv_heads=1,
+                      ffn_dim=64, context_length=1024)
+    model = LlamaModel(shape).eval()
+    compact = write_compact(tmp_path / "c.gguf", shape, model.gguf_tensors(), tmap)
+    state = _init_state(compact, tmap)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(state[name], value, atol=2e-3, rtol=0)  # stored as F16
+    other = TokenMap(tmap.ids[:-1], tmap.n_vocab)
+    with pytest.raises(ValueError, match=r"c\.gguf: its id map"):
+        _init_state(compact, other)

@@ -70,3 +70,19 @@ def test_shipped_target_torch_equals_llama_cpp() -> None:
         from_llama = [planner.greedy(c.text) for c in heldout]
     from_torch = greedy_decode(model, prompts, eos=planner.eos)
     assert from_torch == from_llama
+
+
+def test_a_build_continues_from_the_shipped_models_of_the_same_vocabulary() -> None:
+    # --init-from on the shipped directory: the vocabulary (with <refuse>) is read from the file
+    from robot_latency.models.grow import gguf_tokens, grown_model
+    from robot_latency.models.tokenizer import build_vocab
+
+    vocab = build_vocab()
+    path = bundled.bundled_model_path()
+    assert gguf_tokens(path) == vocab.tokens
+    grown = grown_model(path, vocab)
+    shipped = LlamaModel.from_gguf(path)
+    for name, value in shipped.state_dict().items():
+        torch.testing.assert_close(grown.state_dict()[name], value, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"not in the new vocabulary"):
+        grown_model(path, vocab, tuple(t + "x" for t in vocab.tokens))

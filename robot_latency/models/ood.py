@@ -19,11 +19,13 @@ the in-domain corpus unchanged.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from robot_latency.profiles.actions import COLORS, OBJECTS, REFUSE_ACTION, Step
 
-__all__ = ["CHAT", "UNKNOWN_OBJECTS", "UNKNOWN_PLACES", "UNKNOWN_VERBS", "refusal_commands"]
+__all__ = ["CHAT", "UNKNOWN_OBJECTS", "UNKNOWN_PLACES", "UNKNOWN_VERBS", "prefix_refusals",
+           "refusal_commands"]
 
 #: Questions and chit-chat: nothing to plan.
 CHAT: tuple[str, ...] = (
@@ -185,3 +187,36 @@ def refusal_commands(
         if len(out[side]) < want:
             raise RuntimeError(f"only {len(out[side])} distinct out-of-domain {side} commands")
     return list(out["train"].values()), list(out["held"].values())
+
+
+def prefix_refusals(rows: Sequence[Any], n: int, *, grammar_words: frozenset[str], seed: int,
+                    exclude: frozenset[str], make: Callable[[str, tuple[Step, ...], bool], object]
+                    ) -> list:
+    """Return ``n`` more out-of-domain training commands whose unknown word is a proper prefix of
+    a grammar word ("count", of "counter").
+
+    The planner's tokenizer gives every prefix of a grammar word a token of its own, so such a
+    word reads as one known-looking piece, never as the characters other unknown words split
+    into; without rows like these the model never sees that piece alone and plans it as the word
+    it begins. Each row is a training refusal (``rows``: their ``text`` and ``steps``) with its
+    first unknown word replaced by a prefix of at least three letters that is no grammar word.
+    Texts in ``exclude`` (held-out and test commands) or already in ``rows`` are never made.
+    Drawn from a stream of its own (``seed``), so the corpus itself is unchanged.
+    """
+    prefixes = sorted({w[:k] for w in grammar_words for k in range(3, len(w))} - grammar_words)
+    rng = random.Random(seed * 7919 + 5)
+    seen = set(exclude) | {r.text for r in rows}
+    candidates = [r for r in rows if any(w not in grammar_words for w in r.text.split())]
+    out: list = []
+    for _ in range(50 * max(n, 1)):
+        if len(out) >= n:
+            break
+        row = candidates[rng.randrange(len(candidates))]
+        words = row.text.split()
+        i = next(j for j, w in enumerate(words) if w not in grammar_words)
+        words[i] = prefixes[rng.randrange(len(prefixes))]
+        text = " ".join(words)
+        if text not in seen:
+            seen.add(text)
+            out.append(make(text, row.steps, False))
+    return out

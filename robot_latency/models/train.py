@@ -25,9 +25,10 @@ import torch
 import torch.nn.functional as F
 
 from robot_latency.digest import sha256_file
-from robot_latency.models.corpus import Command, CorpusConfig, generate_corpus
+from robot_latency.models.corpus import Command, CorpusConfig, generate_corpus, grammar_words
 from robot_latency.models.export import GGUFShape, export_gguf
 from robot_latency.models.grow import grown_model
+from robot_latency.models.ood import prefix_refusals
 from robot_latency.models.tokenizer import PlannerTokenizer, Vocab, build_vocab
 from robot_latency.models.torch_llama import LlamaModel
 from robot_latency.profiles.actions import REFUSE_TOKEN
@@ -79,9 +80,7 @@ class Example:
     plan: tuple[int, ...]
 
 
-# --------------------------------------------------------------------------------------------------
 # Data
-# --------------------------------------------------------------------------------------------------
 
 
 def build_examples(commands: Sequence[Command], tok: PlannerTokenizer) -> list[Example]:
@@ -132,9 +131,7 @@ def _bucketed_batches(
     return batches
 
 
-# --------------------------------------------------------------------------------------------------
 # Training and evaluation
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -276,9 +273,7 @@ def exact_match_rate(outputs: Sequence[Sequence[int]], examples: Sequence[Exampl
     return hits / len(examples) if examples else float("nan")
 
 
-# --------------------------------------------------------------------------------------------------
 # The build
-# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -305,6 +300,7 @@ class BuildConfig:
     dtype: str = "F32"
     context_length: int = 128
     init_from: Path | None = None  # a built model directory (its vocabulary the same or smaller)
+    refuse_prefixes: int = 0  # refusals whose unknown word is a grammar word's prefix (ood.py)
 
 
 def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str, Any]:
@@ -324,7 +320,10 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
     vocab: Vocab = build_vocab()
     with PlannerTokenizer(vocab) as tok:
         tok.check_words()
-        train_ex = build_examples(corpus.train + corpus.refuse_train, tok)
+        train_ex = build_examples(corpus.train + corpus.refuse_train + prefix_refusals(
+            corpus.refuse_train, cfg.refuse_prefixes, grammar_words=frozenset(grammar_words()),
+            seed=cfg.corpus.seed, exclude=frozenset(c.text for c in corpus.heldout
+                                                    + corpus.refuse_heldout), make=Command), tok)
         held = corpus.heldout[:n_eval] if n_eval else corpus.heldout
         held_ex = build_examples(held, tok)
         refuse_ex = build_examples(corpus.refuse_heldout, tok)  # out of domain: <refuse>
@@ -392,13 +391,15 @@ def build(out: Path, cfg: BuildConfig, *, n_eval: int | None = None) -> dict[str
         "corpus": {
             **asdict(cfg.corpus),
             "train_commands": len(train_ex),  # refusals included
+            "refuse_prefixes": cfg.refuse_prefixes,
             "heldout_commands": len(held_ex),
             "vocab_size": vocab.size,
         },
         "build_wall_s": round(wall, 1),
         "build_command": "python -m robot_latency.models.train --out robot_latency/data/models"
         + (f" --init-from {cfg.init_from} --target-steps {cfg.target_train.steps} --draft-steps "
-           f"{cfg.draft_train.steps} --lr {cfg.target_train.lr}" if cfg.init_from else ""),
+           f"{cfg.draft_train.steps} --lr {cfg.target_train.lr}" if cfg.init_from else "")
+        + (f" --refuse-prefixes {cfg.refuse_prefixes}" if cfg.refuse_prefixes else ""),
         "torch_version": torch.__version__,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -426,19 +427,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="start from this directory's models (a vocabulary that only grew)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate of both models")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default 2)")
+    ap.add_argument("--refuse-prefixes", type=int, default=0,
+                    help="add this many refusals whose unknown word is a grammar word's prefix")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cfg = BuildConfig(dtype=args.dtype, init_from=args.init_from)
-    if args.lr is not None:
-        cfg = replace(cfg, target_train=replace(cfg.target_train, lr=args.lr, warmup=20),
-                      draft_train=replace(cfg.draft_train, lr=args.lr, warmup=20))
-    if args.threads is not None:
-        cfg = replace(cfg, target_train=replace(cfg.target_train, threads=args.threads),
-                      draft_train=replace(cfg.draft_train, threads=args.threads))
-    if args.target_steps is not None:
-        cfg = replace(cfg, target_train=replace(cfg.target_train, steps=args.target_steps))
-    if args.draft_steps is not None:
-        cfg = replace(cfg, draft_train=replace(cfg.draft_train, steps=args.draft_steps))
+    cfg = BuildConfig(dtype=args.dtype, init_from=args.init_from,
+                      refuse_prefixes=args.refuse_prefixes)
+    for role, steps in (("target_train", args.target_steps), ("draft_train", args.draft_steps)):
+        over = {**({"lr": args.lr, "warmup": 20} if args.lr is not None else {}),
+                **({"threads": args.threads} if args.threads is not None else {}),
+                **({"steps": steps} if steps is not None else {})}
+        cfg = replace(cfg, **{role: replace(getattr(cfg, role), **over)})
     if args.n_train is not None:
         cfg = replace(cfg, corpus=replace(cfg.corpus, n_train=args.n_train))
     build(args.out, cfg, n_eval=args.n_eval)

@@ -76,9 +76,9 @@ def test_target_heldout_exact_match(target, heldout, manifest) -> None:
     assert res.n == N_EVAL
     recorded = manifest["models"]["target"]["heldout_exact_match"]
     print(f"target exact match {res.accuracy:.3f} on {res.n} (manifest: {recorded})")
-    # 0.92 on these 200 (0.945 on all 1000) since the planner learned to refuse: the fine-tune
-    # that taught <refuse> cost about a point and a half of held-out exact match (0.959 before)
-    assert res.accuracy >= 0.9
+    # 0.959 on all 1000 before the planner learned to refuse; the fine-tune that taught <refuse>
+    # cost a point and a half (0.945), and a longer one from those weights gave it back (0.983)
+    assert res.accuracy >= 0.95
     assert res.parsed == res.n
 
 

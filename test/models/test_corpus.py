@@ -81,3 +81,24 @@ def test_out_of_domain_commands_are_refused_and_held_out(corpus) -> None:
     # The issue's own examples are held out, never trained on.
     assert {"what's your battery level", "dance for me", "go hom"} <= held
     assert not any(t.endswith(("dance for me", "battery level", "go hom")) for t in train)
+
+
+def test_prefix_refusals_hold_a_grammar_words_prefix_and_nothing_held_out(corpus) -> None:
+    from robot_latency.models.corpus import Command, grammar_words
+    from robot_latency.models.ood import prefix_refusals
+
+    words = frozenset(grammar_words())
+    held = frozenset(c.text for c in corpus.heldout + corpus.refuse_heldout)
+
+    def make(n: int) -> list:
+        return prefix_refusals(corpus.refuse_train, n, grammar_words=words, seed=7,
+                               exclude=held, make=Command)
+
+    rows = make(200)
+    assert len(rows) == 200 and [r.text for r in rows] == [r.text for r in make(200)]
+    known = {r.text for r in corpus.refuse_train}
+    for r in rows:
+        assert r.steps == (Step("refuse"),) and r.text not in held | known
+        assert any(w not in words and any(g.startswith(w) for g in words)
+                   for w in r.text.split())
+    assert len({r.text for r in rows}) == 200

@@ -38,7 +38,7 @@ import numpy as np
 import psutil
 from benchio import emit_result
 
-from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
+from robot_latency.cli.run_args import CLI_PUBLISH_MARGIN_MS
 from robot_latency.lifetime import start_process
 from robot_latency.planner.budget import CpuBudget, apply_to_loop_thread, freeze_heap
 from robot_latency.planner.config import RunSettings

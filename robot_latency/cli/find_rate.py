@@ -1,4 +1,5 @@
-"""``sweep --find-rate``: the highest replay speed this host holds at a miss target, measured.
+"""``sweep --find-rate`` and ``run --find-rate``: the highest replay speed this host holds at a
+miss target, measured.
 
 Each trial is a real run of the one configuration the flags name, at one replay speed, in its own
 run directory ``OUT/find_rate/x<speed>``; its miss rate is the run's own (the receiver's, from
@@ -16,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, split_list
-from robot_latency.cli.run import (
+from robot_latency.cli.common import UsageError, echo, emit_json, split_list
+from robot_latency.cli.run_args import (
     add_host_load,
     first_missing,
     read_labels_arg,
@@ -46,19 +47,34 @@ def trial_dir(out: Path, speed: float) -> Path:
     return out / "find_rate" / f"x{speed:.6g}"
 
 
+def check_search_args(miss_target: float, trials: int, trials_flag: str) -> None:
+    """Refuse a miss target outside [0, 1) or a trials cap under 1 (``--find-rate``,
+    ``fleet --find-robots``), naming the flag."""
+    if trials < 1:
+        raise UsageError(f"{trials_flag}: must be >= 1, got {trials}")
+    if not 0 <= miss_target < 1:
+        raise UsageError(f"--miss-target: must be in [0, 1), got {miss_target:g}")
+
+
+def _axis(args: argparse.Namespace, flag: str) -> str | None:
+    """``sweep``'s axis flag (``--quants``, ...) where the command has it; ``run`` has none."""
+    return getattr(args, flag.lstrip("-").replace("-", "_"), None)
+
+
 def _check_one_configuration(args: argparse.Namespace) -> None:
-    for flag, value in (("--quants", args.quants), ("--engines", args.engines),
-                        ("--devices", args.devices), ("--deadlines", args.deadlines)):
+    for flag in ("--quants", "--engines", "--devices", "--deadlines"):
+        value = _axis(args, flag)
         if len(split_list(value)) > 1:
             raise UsageError(f"{flag}: --find-rate searches one configuration, got {value!r}")
-    if args.repeats != 1:
-        raise UsageError(f"--repeats: --find-rate runs each speed once, got {args.repeats}")
+    repeats = getattr(args, "repeats", 1)
+    if repeats != 1:
+        raise UsageError(f"--repeats: --find-rate runs each speed once, got {repeats}")
     if args.asap:
         raise UsageError("--asap: --find-rate varies the replay speed; drop --asap")
-    if args.find_rate_trials < 1:
-        raise UsageError(f"--find-rate-trials: must be >= 1, got {args.find_rate_trials}")
-    if not 0 <= args.miss_target < 1:
-        raise UsageError(f"--miss-target: must be in [0, 1), got {args.miss_target:g}")
+    if args.target_answer:
+        raise UsageError("--target-answer: --find-rate measures this host only; for the "
+                         "target's rate ask predict --stream --find-rate")
+    check_search_args(args.miss_target, args.find_rate_trials, "--find-rate-trials")
     if not args.speed > 0:
         raise UsageError(f"--speed: must be > 0, got {args.speed:g}")
 
@@ -80,10 +96,11 @@ def cmd_find_rate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if (out / "find_rate").exists():
         raise UsageError(f"--out: {out / 'find_rate'} exists; choose a new directory")
-    one = {"engine": (split_list(args.engines) or [args.engine])[0],
-           "quant": (split_list(args.quants) or [args.quant])[0],
-           "device": (split_list(args.devices) or [args.device])[0],
-           "deadline_ms": (split_list(args.deadlines, float) or [args.deadline_ms])[0]}
+    one = {"engine": (split_list(_axis(args, "--engines")) or [args.engine])[0],
+           "quant": (split_list(_axis(args, "--quants")) or [args.quant])[0],
+           "device": (split_list(_axis(args, "--devices")) or [args.device])[0],
+           "deadline_ms": (split_list(_axis(args, "--deadlines"), float)
+                           or [args.deadline_ms])[0]}
     trials: list[dict[str, Any]] = []
 
     def miss_one(speed: float) -> float:
@@ -127,6 +144,9 @@ def cmd_find_rate(args: argparse.Namespace) -> int:
            "miss_held": found.miss_held, "miss_failed": found.miss_failed,
            "tried": found.tried, "trials": trials}
     (out / FIND_RATE_JSON).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if getattr(args, "json", False):  # run --json; sweep has none
+        emit_json(doc)
+        return 0
     echo("\n".join(answer_lines(doc)) + f"\n\nruns in {out / 'find_rate'}; {FIND_RATE_JSON} in "
          f"{out}")
     return 0
@@ -152,12 +172,13 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def add_find_rate_args(p: argparse.ArgumentParser) -> None:
-    """Add ``--find-rate``, ``--miss-target`` and ``--find-rate-trials`` to ``sweep``."""
+    """Add ``--find-rate``, ``--miss-target`` and ``--find-rate-trials`` to ``sweep`` and
+    ``run``."""
     p.add_argument("--find-rate", action="store_true",
-                   help="instead of a sweep, search the highest replay speed at which this "
-                        "host's measured miss rate stays <= --miss-target: --speed first, "
-                        "doubling or halving, then bisection, one run per speed under "
-                        "OUT/find_rate/; writes OUT/find_rate.json")
+                   help="instead of one run or a sweep, search the highest replay speed "
+                        "at which this host's measured miss rate stays <= --miss-target: "
+                        "--speed first, doubling or halving, then bisection, one run per "
+                        "speed under OUT/find_rate/; writes OUT/find_rate.json")
     p.add_argument("--miss-target", type=float, default=0.05,
                    help="--find-rate: the highest miss rate that holds (fraction)")
     p.add_argument("--find-rate-trials", type=int, default=6,

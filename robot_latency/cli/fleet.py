@@ -1,5 +1,7 @@
 """``fleet``: N robots' command streams replayed at once against one OpenAI-compatible server,
-for each fleet size; one run directory per robot, a summary per size and the fleet plot."""
+for each fleet size; one run directory per robot, a summary per size and the fleet plot.
+``fleet --find-robots`` searches the largest size that holds a model miss target instead
+(:func:`robot_latency.planner.fleet.find_robots`)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
-from robot_latency.cli.run import CLI_PUBLISH_MARGIN_MS
+from robot_latency.cli.run_args import CLI_PUBLISH_MARGIN_MS
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.planner.config import MODES, RunSettings
 from robot_latency.report.table import fmt, pct
+
+#: The fleet sizes run without --robots.
+DEFAULT_SIZES = "1,2,4,8"
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -26,9 +31,11 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 #: The fleet table's columns: the model's plans and the fallbacks beside the deadline misses
-#: (the fallback keeps those near 0; the model's share is what degrades with N).
+#: (the fallback keeps those near 0; the model's share is what degrades with N), and the model
+#: miss rate that joins them (``--find-robots``' criterion).
 FLEET_HEADER = ["robots", "cycles", "model plans", "fallbacks", "deadline miss", "95% CI",
-                "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "queue p50", "queue p99"]
+                "model miss", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "queue p50",
+                "queue p99"]
 
 
 def _ci(ci: list[float] | None) -> str:
@@ -42,19 +49,50 @@ def fleet_rows(sizes: list[dict[str, Any]]) -> list[list[str]]:
         rows.append([str(s["robots"]), str(s["cycles"]),
                      f"{s['model_plans']} ({pct(s['model_plan_rate'])})",
                      f"{s['fallback_plans']} ({pct(s['fallback_rate'])})",
-                     pct(s["miss_rate"]), _ci(s["miss_rate_ci95"])]
+                     pct(s["miss_rate"]), _ci(s["miss_rate_ci95"]),
+                     pct(s.get("model_miss_rate"))]
                     + [fmt(s[k][q], ".1f")
                        for k in ("ttft_ms", "itl_ms", "queue_ms") for q in ("p50", "p99")])
     return rows
 
 
+def answer_lines(found: dict[str, Any]) -> list[str]:
+    """``find_robots`` in words: the size held, the first that failed, their model miss rates."""
+    lines = [f"Largest fleet this server holds at a model miss rate <= "
+             f"{100 * found['miss_target']:g}% ({found['tried']} fleet sizes run):"]
+    if found["robots_held"] is None:
+        lines.append(f"  none held: {found['robots_failed']} robot missed "
+                     f"{100 * found['miss_failed']:.2f}%")
+    else:
+        lines.append(f"  held   {found['robots_held']} robots, model miss rate "
+                     f"{100 * found['miss_held']:.2f}%")
+    if found["robots_failed"] is None:
+        lines.append("  failed none: every size tried held (more --find-robots-trials go "
+                     "higher)")
+    elif found["robots_held"] is not None:
+        lines.append(f"  failed {found['robots_failed']} robots, model miss rate "
+                     f"{100 * found['miss_failed']:.2f}%")
+    return lines
+
+
+def _check_find_robots(args: argparse.Namespace) -> None:
+    from robot_latency.cli.find_rate import check_search_args
+
+    if args.robots is not None:
+        raise UsageError(f"--robots {args.robots!r}: --find-robots chooses the fleet sizes; "
+                         f"drop --robots")
+    check_search_args(args.miss_target, args.find_robots_trials, "--find-robots-trials")
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from robot_latency.cli.run import check_server_at_start
+    from robot_latency.cli.run_args import check_server_at_start
     from robot_latency.cli.settings import settings_from_flags
-    from robot_latency.planner.fleet import FleetSpec, run_fleet
+    from robot_latency.planner.fleet import FleetSpec, find_robots, run_fleet
     from robot_latency.streams import read_stream
 
-    sizes = _sizes(args.robots)
+    if args.find_robots:
+        _check_find_robots(args)
+    sizes = () if args.find_robots else _sizes(args.robots or DEFAULT_SIZES)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out} exists and is not empty; choose a new directory")
@@ -70,7 +108,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         server_model=args.server_model, server_api=args.server_api, profile=args.profile)
     spec = FleetSpec(sizes=sizes, out=out, settings=settings, arrivals=args.arrivals,
                      rate_hz=args.rate_hz, seed=args.seed, speed=args.speed)
-    doc = run_fleet(spec, stream)
+    doc = find_robots(spec, stream, miss_target=args.miss_target,
+                      trials=args.find_robots_trials) if args.find_robots \
+        else run_fleet(spec, stream)
     from robot_latency.report.fleet_plot import plot_fleet
 
     doc["plot"] = str(plot_fleet(doc["sizes"], out / "fleet.png",
@@ -79,6 +119,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         emit_json(doc)
         return 0
     echo(render_table(FLEET_HEADER, fleet_rows(doc["sizes"])))
+    if "find_robots" in doc:
+        echo("\n" + "\n".join(answer_lines(doc["find_robots"])))
     echo(f"\nfleet.json, fleet.png and one run directory per robot in {out}")
     return 0
 
@@ -93,7 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "--robots; writes OUT/N<n>/robot<i>/ run directories, OUT/N<n>/"
                     "fleet_summary.json, OUT/fleet.json and OUT/fleet.png.")
     p.add_argument("--server-url", required=True, help="the shared server (http://HOST:PORT/v1)")
-    p.add_argument("--robots", default="1,2,4,8", help="fleet sizes, comma-separated")
+    p.add_argument("--robots", default=None,
+                   help=f"fleet sizes, comma-separated (default {DEFAULT_SIZES})")
     p.add_argument("--stream", required=True, help="bag directory, .mcap or .jsonl")
     p.add_argument("--topic", default=None, help="command topic (default: the one String topic)")
     p.add_argument("--out", required=True, help="fleet directory to create")
@@ -117,4 +160,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "run and sweep learn it")
     p.add_argument("--mode", default=defaults.mode, choices=MODES)
     p.add_argument("--json", action="store_true", help="print fleet.json")
+    p.add_argument("--find-robots", action="store_true",
+                   help="instead of --robots, search the largest fleet this server holds: "
+                        "sizes 1, 2, 4, ... until one fails, then bisection between the "
+                        "largest held and the first failed, each a normal fleet run "
+                        "(OUT/N<n>/). A size holds when its model miss rate is <= "
+                        "--miss-target: of the cycles with a command for the model, the "
+                        "share whose published plan was not the model's (a fallback) or came "
+                        "after the deadline (the fallback keeps deadline misses near 0, so "
+                        "they alone would hold at any size); fleet.json's find_robots key")
+    p.add_argument("--miss-target", type=float, default=0.05,
+                   help="--find-robots: the highest model miss rate that holds (fraction)")
+    p.add_argument("--find-robots-trials", type=int, default=6,
+                   help="--find-robots: the most fleet sizes run")
     p.set_defaults(func=cmd_fleet)

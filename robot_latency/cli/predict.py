@@ -87,7 +87,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   f"  [{pred.ttft_pred_interval_ms[0]:.1f}, {pred.ttft_pred_interval_ms[1]:.1f}]"
                   f" {100 * INTERVAL_COVERAGE:.0f}% interval")
         if from_table and cal.prefill_calibrated:
-            span_t += f", {n_sources(len(cal.prefill_sources))}"
+            span_t += f", {n_sources(len(cal.prefill_sources))}" \
+                + _widened(cal.prefill_source_widening_rel, "prefill ")
         echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms{span_t}  ({pred.prompt_tokens} "
              f"prompt tokens; floor {pred.ttft_floor_ms:.2f} ms)")
     echo(f"  prefill        {pred.prefill_status}")
@@ -111,9 +112,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _rests(cal: Any) -> str:
     """``1 source (widened by ...), `` or ``3 sources, ``: the decode answer's sources."""
-    wide = (f" (widened by {100 * cal.source_widening_rel:.1f}% each side, the family's "
-            "leave-one-source-out error)" if cal.source_widening_rel else "")
-    return f"{n_sources(len(cal.answer_sources))}{wide}, "
+    return f"{n_sources(len(cal.answer_sources))}{_widened(cal.source_widening_rel)}, "
+
+
+def _widened(rel: float, what: str = "") -> str:
+    """`` (widened by ...)`` where an interval was widened for resting on one source."""
+    return (f" (widened by {100 * rel:.1f}% each side, the family's {what}leave-one-source-out "
+            "error)" if rel else "")
 
 
 def _preset_of(model: str) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, quant_level, quant_list_arg, split_list
 from robot_latency.cli.find_rate import add_find_rate_args
-from robot_latency.cli.run import (
+from robot_latency.cli.run_args import (
     add_host_load,
     add_run_args,
     first_missing,

@@ -139,8 +139,12 @@ class Calibration:
     #: (the family's leave-one-source-out error; robot_latency.floor.published_support).
     answer_sources: tuple[str, ...] = ()
     source_widening_rel: float = 0.0
-    #: The distinct sources of the prefill rows the TTFT terms rest on.
+    #: The same for the TTFT answer: the distinct sources of the family's prefill rows on the
+    #: device, else those of the prefill rows its fit rests on; and the share each side of the
+    #: TTFT interval was widened by because there is only one (the family's prefill
+    #: leave-one-source-out error).
     prefill_sources: tuple[str, ...] = ()
+    prefill_source_widening_rel: float = 0.0
 
     def decode_floor_ms(self, floor_ms: float, compute_ms: float | None) -> float:
         """Return the floor a step's prediction scales: the bytes floor or, where the mode's
@@ -179,6 +183,7 @@ class Calibration:
             "source_count": len(self.answer_sources),
             "source_widening_rel": self.source_widening_rel,
             "prefill_source_count": len(self.prefill_sources),
+            "prefill_source_widening_rel": self.prefill_source_widening_rel,
             "notes": [*self.notes, *self.prefill_notes],
         }
 

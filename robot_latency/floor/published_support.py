@@ -9,6 +9,15 @@ second source would land; it is widened on each side by the family's leave-one-s
 median absolute error (``published_checks.leave_one_source_out``), the typical miss of an
 answer whose source is new. A family whose every row comes from one source has no such error
 of its own: the error pooled over every family's rows stands in, and a note says so.
+
+The TTFT answer is counted and widened the same way from the prefill table: its sources are the
+distinct sources of the family's prefill rows on the device (the same sources set aside), or,
+on a device without any, those of the rows its prefill fit borrows; where that is one source, the
+TTFT interval (``prefill_interval``: leave-one-out residuals, each row predicted from its own
+setup) is widened on each side by the family's prefill leave-one-source-out median absolute error
+(``published_checks.validate_prefill``'s ``new_source_median_abs_error``: each row predicted as
+its device's answer from a table without its source), pooled over every family where the family
+has none of its own.
 """
 
 from __future__ import annotations
@@ -20,9 +29,13 @@ from dataclasses import replace
 from typing import Any
 
 from robot_latency.floor.calibration import Calibration
-from robot_latency.floor.published_checks import leave_one_source_out
+from robot_latency.floor.published_checks import leave_one_source_out, validate_prefill
 from robot_latency.floor.published_fit import family_interval, fitted_calibration
-from robot_latency.floor.published_prefill import PrefillRow, load_prefill_table
+from robot_latency.floor.published_prefill import (
+    PrefillRow,
+    load_prefill_table,
+    prefill_not_predicted_reason,
+)
 from robot_latency.floor.published_table import (
     PublishedRow,
     load_table,
@@ -30,8 +43,8 @@ from robot_latency.floor.published_table import (
     row_point,
 )
 
-__all__ = ["answer_sources", "leave_one_source_out_coverage", "loso_error", "table_calibration",
-           "widen_interval", "with_source_support"]
+__all__ = ["answer_sources", "leave_one_source_out_coverage", "loso_error", "prefill_loso_error",
+           "prefill_sources", "table_calibration", "widen_interval", "with_source_support"]
 
 
 def answer_sources(cal: Calibration, rows: Sequence[PublishedRow]) -> tuple[str, ...]:
@@ -40,6 +53,38 @@ def answer_sources(cal: Calibration, rows: Sequence[PublishedRow]) -> tuple[str,
             if r.engine_family == cal.engine_family and r.device == cal.device_id
             and not_predicted_reason(r) is None and r.source not in cal.set_aside}
     return tuple(sorted(here)) if here else tuple(cal.sources)
+
+
+def prefill_sources(cal: Calibration, rows: Sequence[PrefillRow]) -> tuple[str, ...]:
+    """The distinct sources ``cal``'s TTFT answer on its device rests on (see the module doc)."""
+    here = {r.source for r in rows
+            if r.engine_family == cal.engine_family and r.device == cal.device_id
+            and prefill_not_predicted_reason(r) is None and r.source not in cal.set_aside}
+    basis = set(cal.prefill_basis)
+    return tuple(sorted(here or {r.source for r in rows if r.id in basis}))
+
+
+@functools.lru_cache(maxsize=64)
+def _prefill_loso_by_family(table: tuple[PrefillRow, ...]) -> tuple[dict[str, float | None],
+                                                                     float | None]:
+    got = validate_prefill(table)
+    errs = [abs(r["new_source_error_rel"]) for r in got["rows"]
+            if r.get("new_source_error_rel") is not None]
+    return ({f: s["new_source_median_abs_error"] for f, s in got["by_family"].items()},
+            statistics.median(errs) if errs else None)
+
+
+def prefill_loso_error(engine_family: str, rows: Sequence[PrefillRow]
+                       ) -> tuple[float | None, str]:
+    """The family's prefill leave-one-source-out median absolute error over ``rows``, and where
+    it comes from (the family's own rows, or every family's pooled where it has none)."""
+    by_family, pooled = _prefill_loso_by_family(tuple(rows))
+    own = by_family.get(engine_family)
+    if own is not None:
+        return own, f"{engine_family}'s prefill leave-one-source-out median error"
+    return pooled, (f"prefill leave-one-source-out median error pooled over every family "
+                    f"({engine_family} has none of its own: its prefill rows come from one "
+                    "source)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,13 +117,16 @@ def widen_interval(interval_rel: tuple[float, float],
 def with_source_support(cal: Calibration, rows: Sequence[PublishedRow],
                         prefill_rows: Sequence[PrefillRow] | None = None) -> Calibration:
     """``cal`` with its answer's sources counted (decode, and prefill from ``prefill_rows``,
-    the shipped table by default) and, where the decode answer rests on one source, its decode
-    interval widened by the family's leave-one-source-out error (noted)."""
-    sources = answer_sources(cal, rows)
-    basis = set(cal.prefill_basis)
+    the shipped table by default) and, where an answer rests on one source, its interval (the
+    decode interval, the TTFT interval) widened by the family's leave-one-source-out error
+    (noted)."""
     pf = prefill_rows if prefill_rows is not None else load_prefill_table()
-    cal = replace(cal, answer_sources=sources,
-                  prefill_sources=tuple(sorted({r.source for r in pf if r.id in basis})))
+    return _widen_prefill(_widen_decode(cal, rows), pf)
+
+
+def _widen_decode(cal: Calibration, rows: Sequence[PublishedRow]) -> Calibration:
+    sources = answer_sources(cal, rows)
+    cal = replace(cal, answer_sources=sources)
     if len(sources) != 1:
         return cal
     error, what = loso_error(cal.engine_family, rows)
@@ -88,6 +136,22 @@ def with_source_support(cal: Calibration, rows: Sequence[PublishedRow],
                    source_widening_rel=error, notes=(
                        *cal.notes, f"rests on one source ({sources[0]}): interval widened by "
                        f"{100 * error:.1f}% each side, {what}"))
+
+
+def _widen_prefill(cal: Calibration, rows: Sequence[PrefillRow]) -> Calibration:
+    if not cal.prefill_calibrated:
+        return cal
+    sources = prefill_sources(cal, rows)
+    cal = replace(cal, prefill_sources=sources)
+    if len(sources) != 1 or cal.prefill_interval_rel is None:
+        return cal
+    error, what = prefill_loso_error(cal.engine_family, rows)
+    if not error:
+        return cal
+    return replace(cal, prefill_interval_rel=widen_interval(cal.prefill_interval_rel, error),
+                   prefill_source_widening_rel=error, prefill_notes=(
+                       *cal.prefill_notes, f"prefill rests on one source ({sources[0]}): TTFT "
+                       f"interval widened by {100 * error:.1f}% each side, {what}"))
 
 
 def table_calibration(engine_family: str, device_id: str, *,

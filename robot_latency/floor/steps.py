@@ -139,6 +139,10 @@ class StepPredictor:
                 "source_count": len(cal.answer_sources) if self.from_table else None,
                 "source_widening_rel": cal.source_widening_rel,
                 "prefill_calibrated": cal.prefill_calibrated,
+                "prefill_source_count": (len(cal.prefill_sources)
+                                         if self.from_table and cal.prefill_calibrated
+                                         else None),
+                "prefill_source_widening_rel": cal.prefill_source_widening_rel,
                 "prefill": cal.describe()["prefill"], "notes": [*self.notes, *cal.notes]}
 
 

@@ -18,6 +18,11 @@ conservative answer that never skips over a failure it saw.
 The rate is searched three times: at the point prediction, and with every command's prefill and
 decode at the slow end and at the fast end of the prediction's 80% interval (the family's
 systematic error, as the Monte Carlo draws it): the rate's interval.
+
+Where every point costs a real run (``sweep``/``run --find-rate`` over replay speed, ``fleet
+--find-robots`` over fleet size), the search is one point at a time instead:
+:func:`bracket_bisect`, a bracket by doubling, then bisection, at most a set number of runs
+(:func:`bisect_speed` over speed factors, :func:`bisect_count` over whole numbers).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -34,8 +39,11 @@ from robot_latency.floor.steps import StepPredictor
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_sim import _Z80, SimCommand, _run, _service
 
-__all__ = ["CapacityError", "RateAnswer", "SpeedSearch", "bisect_speed", "find_rate",
-           "search_speed", "stream_rate_cmd_s"]
+__all__ = ["Bracket", "CapacityError", "RateAnswer", "bisect_count", "bisect_speed",
+           "bracket_bisect", "find_rate", "search_speed", "stream_rate_cmd_s"]
+
+#: A search's points: replay speed factors (float) or counts (int).
+P = TypeVar("P", int, float)
 
 #: The slowest and the fastest replay speed the first round tries.
 LOW, HIGH = 2.0 ** -10, 2.0 ** 10
@@ -48,16 +56,17 @@ class CapacityError(RobotLatencyError):
 
 
 @dataclass(frozen=True)
-class SpeedSearch:
-    """One search's outcome over replay speed factors.
+class Bracket(Generic[P]):
+    """One search's outcome: the highest point held and the first point above it that failed.
 
-    ``held`` is None when even :data:`LOW` failed; ``failed`` is None when every factor tried
-    held (up to :data:`HIGH`). ``miss_*`` are the miss rates there; ``tried`` counts the factors
-    simulated.
+    The points are replay speed factors (:func:`search_speed`, :func:`bisect_speed`) or counts
+    (:func:`bisect_count`: fleet sizes). ``held`` is None when even the lowest point tried
+    failed; ``failed`` is None when every point tried held. ``miss_*`` are the miss rates
+    there; ``tried`` counts the points tried (simulated or run).
     """
 
-    held: float | None
-    failed: float | None
+    held: P | None
+    failed: P | None
     miss_held: float | None
     miss_failed: float | None
     tried: int
@@ -65,7 +74,7 @@ class SpeedSearch:
 
 def search_speed(miss_at: Callable[[np.ndarray], np.ndarray], miss_target: float, *,
                  low: float = LOW, high: float = HIGH, points: int = POINTS,
-                 rounds: int = ROUNDS) -> SpeedSearch:
+                 rounds: int = ROUNDS) -> Bracket[float]:
     """Find the highest speed factor whose miss rate (``miss_at``) is at most ``miss_target``.
 
     Args:
@@ -96,10 +105,10 @@ def search_speed(miss_at: Callable[[np.ndarray], np.ndarray], miss_target: float
             break
         # refine strictly between the two, on a log scale
         grid = np.geomspace(held[0], failed[0], points + 2)[1:-1]
-    return SpeedSearch(held=None if held is None else held[0],
-                       failed=None if failed is None else failed[0],
-                       miss_held=None if held is None else held[1],
-                       miss_failed=None if failed is None else failed[1], tried=tried)
+    return Bracket(held=None if held is None else held[0],
+                   failed=None if failed is None else failed[0],
+                   miss_held=None if held is None else held[1],
+                   miss_failed=None if failed is None else failed[1], tried=tried)
 
 
 def _check_target(miss_target: float) -> None:
@@ -107,15 +116,59 @@ def _check_target(miss_target: float) -> None:
         raise CapacityError(f"miss target: must be in [0, 1), got {miss_target!r}")
 
 
+def bracket_bisect(miss_one: Callable[[P], float], miss_target: float, *, start: P,
+                   trials: int, lower: Callable[[P], P | None], higher: Callable[[P], P],
+                   between: Callable[[P, P], P | None]) -> Bracket[P]:
+    """Bracket, then bisect, when every point costs a real run: one point at a time.
+
+    ``start`` first, then ``higher`` (while the points hold) or ``lower`` (while they fail)
+    until a point held and a point failed bracket the answer, then ``between`` the highest
+    point held and the lowest that failed; it stops after ``trials`` points, or when
+    ``lower`` or ``between`` has no point left (None). A point that holds raises ``held``, one
+    that fails lowers ``failed``: every point tried below the answer held and the one reported
+    as failed did fail (``miss_*`` are their own miss rates), never a failure skipped over.
+
+    Args:
+        miss_one: the miss rate (fraction) measured at one point.
+        miss_target: the highest miss rate that holds (fraction).
+        start: the first point tried.
+        trials: the most points tried (>= 1).
+        lower, higher: the next point below a failure, above a hold, while unbracketed.
+        between: the next point strictly between a hold and a failure above it.
+    """
+    _check_target(miss_target)
+    if trials < 1:
+        raise CapacityError(f"trials: must be >= 1, got {trials!r}")
+    held: tuple[P, float] | None = None
+    failed: tuple[P, float] | None = None
+    point: P | None = start
+    tried = 0
+    while point is not None and tried < trials:
+        miss = float(miss_one(point))
+        tried += 1
+        if miss <= miss_target:
+            held = (point, miss)
+        else:
+            failed = (point, miss)
+        if held is None:
+            point = lower(failed[0])  # type: ignore[index]
+        elif failed is None:
+            point = higher(held[0])
+        else:
+            point = between(held[0], failed[0])
+    return Bracket(held=None if held is None else held[0],
+                   failed=None if failed is None else failed[0],
+                   miss_held=None if held is None else held[1],
+                   miss_failed=None if failed is None else failed[1], tried=tried)
+
+
 def bisect_speed(miss_one: Callable[[float], float], miss_target: float, *, start: float,
-                 trials: int) -> SpeedSearch:
+                 trials: int) -> Bracket[float]:
     """The same question as :func:`search_speed` when every speed costs a real run.
 
-    One speed at a time, at most ``trials`` of them: ``start``, then doubling (while it holds)
-    or halving (while it fails) until the two are bracketed, then bisection on a log scale
-    (the geometric mean) between the highest speed held and the lowest that failed. A speed
-    that holds raises ``held``, one that fails lowers ``failed``: every speed tried below the
-    answer held and the one reported as failed did fail (``miss_*`` are their own miss rates).
+    :func:`bracket_bisect` over speed factors: ``start``, then doubling (while it holds) or
+    halving (while it fails), then bisection on a log scale (the geometric mean), all
+    ``trials`` runs.
 
     Args:
         miss_one: the miss rate (fraction) measured at one speed factor.
@@ -123,31 +176,33 @@ def bisect_speed(miss_one: Callable[[float], float], miss_target: float, *, star
         start: the first speed tried (> 0).
         trials: the most speeds tried (>= 1).
     """
-    _check_target(miss_target)
     if not start > 0:
         raise CapacityError(f"start speed: must be > 0, got {start!r}")
-    if trials < 1:
-        raise CapacityError(f"trials: must be >= 1, got {trials!r}")
-    held: tuple[float, float] | None = None
-    failed: tuple[float, float] | None = None
-    speed, tried = start, 0
-    while tried < trials:
-        miss = float(miss_one(speed))
-        tried += 1
-        if miss <= miss_target:
-            held = (speed, miss)
-        else:
-            failed = (speed, miss)
-        if held is None:
-            speed = failed[0] / 2  # type: ignore[index]
-        elif failed is None:
-            speed = held[0] * 2
-        else:
-            speed = math.sqrt(held[0] * failed[0])
-    return SpeedSearch(held=None if held is None else held[0],
-                       failed=None if failed is None else failed[0],
-                       miss_held=None if held is None else held[1],
-                       miss_failed=None if failed is None else failed[1], tried=tried)
+    return bracket_bisect(miss_one, miss_target, start=float(start), trials=trials,
+                          lower=lambda s: s / 2, higher=lambda s: s * 2,
+                          between=lambda h, f: math.sqrt(h * f))
+
+
+def bisect_count(miss_one: Callable[[int], float], miss_target: float, *, trials: int,
+                 start: int = 1) -> Bracket[int]:
+    """The largest count (a fleet's robots) whose miss rate holds ``miss_target``.
+
+    :func:`bracket_bisect` over whole numbers: ``start``, then doubling while it holds (halving
+    while it fails, never below 1), then the integer midpoint between the largest count held
+    and the smallest that failed. It stops early once they are neighbours (``failed == held +
+    1``: the answer) or when 1 failed (none holds).
+
+    Args:
+        miss_one: the miss rate (fraction) measured at one count.
+        miss_target: the highest miss rate that holds (fraction).
+        trials: the most counts tried (>= 1).
+        start: the first count tried (>= 1).
+    """
+    if start < 1:
+        raise CapacityError(f"start count: must be >= 1, got {start!r}")
+    return bracket_bisect(miss_one, miss_target, start=int(start), trials=trials,
+                          lower=lambda n: n // 2 if n > 1 else None, higher=lambda n: n * 2,
+                          between=lambda h, f: (h + f) // 2 if f - h > 1 else None)
 
 
 def stream_rate_cmd_s(cmds: Sequence[SimCommand]) -> float:

@@ -250,7 +250,11 @@ def rests_on(a: TargetAnswer) -> str:
     if r.get("source_widening_rel"):
         loso_text += (f" (one source: the interval widened by "
                       f"{100 * r['source_widening_rel']:.1f}% each side)")
-    prefill = "prefill calibrated (its error drawn too)" if r.get("prefill_calibrated") else \
+    prefill_wide = (f"; one source: the TTFT interval widened by "
+                    f"{100 * r['prefill_source_widening_rel']:.1f}% each side"
+                    if r.get("prefill_source_widening_rel") else "")
+    prefill = f"prefill calibrated (its error drawn too{prefill_wide})" \
+        if r.get("prefill_calibrated") else \
         f"prefill uncalibrated ({r.get('prefill')}; its error is not drawn)"
     aside = list(r.get("set_aside") or [])
     if aside:

@@ -60,6 +60,22 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "launch": (["launch", "planner", "--params-file", nope + ".yaml"], "nope.yaml"),
         "fleet": (["fleet", "--server-url", "http://127.0.0.1:1/v1", "--robots", "1,x",
                    "--stream", nope + ".jsonl", "--out", str(tmp_path / "f")], "--robots"),
+        "fleet --find-robots": (["fleet", "--server-url", "http://127.0.0.1:1/v1",
+                                 "--find-robots", "--robots", "1,2", "--stream", nope + ".jsonl",
+                                 "--out", str(tmp_path / "f")],
+                                "--robots '1,2': --find-robots chooses the fleet sizes"),
+        "fleet --miss-target": (["fleet", "--server-url", "http://127.0.0.1:1/v1",
+                                 "--find-robots", "--miss-target", "1.5", "--stream",
+                                 nope + ".jsonl", "--out", str(tmp_path / "f")],
+                                "--miss-target: must be in [0, 1), got 1.5"),
+        "fleet --find-robots-trials": (["fleet", "--server-url", "http://127.0.0.1:1/v1",
+                                        "--find-robots", "--find-robots-trials", "0",
+                                        "--stream", nope + ".jsonl", "--out",
+                                        str(tmp_path / "f")],
+                                       "--find-robots-trials: must be >= 1, got 0"),
+        "run --find-rate": (["run", "--find-rate", "--miss-target", "-0.1", "--stream",
+                             nope + ".jsonl", "--out", str(tmp_path / "r")],
+                            "--miss-target: must be in [0, 1), got -0.1"),
     }
 
 

@@ -53,6 +53,46 @@ def test_fleet_writes_runs_summaries_and_plot(llama_server: Any, tmp_path: Path,
             assert asked and all(r.offboard["url"] == llama_server.url for r in asked)
 
 
+def test_fleet_find_robots_against_a_real_server(llama_server: Any, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # Which size it finds depends on this host's timing: only the answer's structure and its
+    # agreement with the sizes' own summaries and records are asserted.
+    from robot_latency.planner.fleet import model_misses
+
+    out = tmp_path / "find"
+    rc = main(["fleet", "--server-url", llama_server.url, "--find-robots", "--miss-target", "0.5",
+               "--find-robots-trials", "2", "--stream", str(_stream(tmp_path)),
+               "--out", str(out), "--deadline-ms", "300", "--period-ms", "300"])
+    assert rc == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    doc = json.loads((out / "fleet.json").read_text())
+    found = doc["find_robots"]
+    assert found["criterion"] == "model_miss_rate" and found["max_trials"] == 2
+    assert found["miss_target"] == 0.5 and 1 <= found["tried"] == len(found["trials"]) <= 2
+    tried = [t["robots"] for t in found["trials"]]
+    assert tried[0] == 1 and tried == [1, 2][: len(tried)]
+    assert [s["robots"] for s in doc["sizes"]] == sorted(tried)
+    assert sorted(p.name for p in out.glob("N*")) == sorted(f"N{n}" for n in tried)
+    for trial in found["trials"]:
+        summary = json.loads((out / trial["size_dir"] / "fleet_summary.json").read_text())
+        pooled = [r for d in summary["run_dirs"] for r in read_records(Path(d) / "cycles.jsonl")]
+        assert len(summary["run_dirs"]) == trial["robots"] and summary["cycles"] == len(pooled)
+        due, missed = model_misses(pooled)
+        assert (summary["model_due"], summary["model_misses"]) == (due, missed) and due > 0
+        assert trial["model_miss_rate"] == summary["model_miss_rate"] == missed / due
+        assert trial["held"] == (trial["model_miss_rate"] <= 0.5)
+    by_size = {t["robots"]: t for t in found["trials"]}
+    if found["robots_held"] is not None:
+        assert by_size[found["robots_held"]]["held"]
+        assert found["miss_held"] == by_size[found["robots_held"]]["model_miss_rate"]
+    if found["robots_failed"] is not None:
+        assert not by_size[found["robots_failed"]]["held"]
+        assert found["miss_failed"] == by_size[found["robots_failed"]]["model_miss_rate"]
+    assert found["robots_held"] is not None or found["robots_failed"] == 1
+    assert "Largest fleet this server holds" in printed and "model miss" in printed
+    assert (out / "fleet.png").stat().st_size > 0
+
+
 def test_each_robot_has_arrivals_of_its_own(tmp_path: Path) -> None:
     from robot_latency.planner.config import RunSettings
     from robot_latency.planner.fleet import FleetSpec, robot_stream

@@ -303,12 +303,14 @@ def test_predict_shows_the_sources_behind_every_figure(
     text = capsys.readouterr().out
     itl = next(line for line in text.splitlines() if "ITL predicted" in line)
     assert "1 source (widened by 19.7% each side" in itl
-    assert "1 source" in next(line for line in text.splitlines() if "TTFT predicted" in line)
+    ttft = next(line for line in text.splitlines() if "TTFT predicted" in line)
+    assert "1 source (widened by" in ttft and "prefill leave-one-source-out error" in ttft
     assert "1 source" in next(line for line in text.splitlines() if "J per plan" in line)
     out = _json(capsys, "predict", "--device", "orin-nano-8gb-7w", "--model", "qwen2.5-0.5b",
                 "--quant", "Q4_K_M", "--prompt-tokens", "300", "--plan-tokens", "40", "--json")
     assert out["source_counts"] == {"itl": 1, "ttft": 1, "energy": 1}
     assert out["calibration"]["source_widening_rel"] > 0
+    assert out["calibration"]["prefill_source_widening_rel"] > 0
     # the AGX Orin at MAXN: two sources behind the decode answer, no widening
     assert main(["predict", "--device", "orin-agx-64gb", "--model", "llama-3.2-1b"]) == 0
     itl = next(line for line in capsys.readouterr().out.splitlines() if "ITL predicted" in line)

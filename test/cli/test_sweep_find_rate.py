@@ -83,3 +83,33 @@ def test_sweep_find_rate_one_configuration(tmp_path: Path,
     err = capsys.readouterr().err.strip()
     assert err.endswith("--deadlines: --find-rate searches one configuration, got '50,60'")
     assert len(err.splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_run_find_rate_is_sweeps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # run takes the same search (one configuration by its nature): trials are run directories
+    # under OUT/find_rate/, the answer in OUT/find_rate.json, printed with --json
+    cmds = [Command(t_ns=i * 400 * 10**6, text=TEXTS[i % 3], command_id=f"r:{i}")
+            for i in range(6)]
+    stream = write_jsonl(tmp_path / "stream.jsonl", cmds)
+    out = tmp_path / "run"
+    assert main(["run", "--find-rate", "--find-rate-trials", "2", "--stream", str(stream),
+                 "--engine", "sim", "--runner", "inline", "--mode", "event",
+                 "--deadline-ms", "60", "--speed", "16", "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    doc = json.loads((out / "find_rate.json").read_text())
+    assert printed == doc and doc["tried"] == len(doc["trials"]) <= 2
+    assert doc["trials"][0]["speed"] == 16.0 and doc["deadline_ms"] == 60.0
+    for trial in doc["trials"]:
+        assert run_miss_rate(out / trial["run_dir"]) == (trial["miss_rate"], trial["miss_of"])
+    assert not (out / "cycles.jsonl").exists()  # no run of its own beside the trials
+
+
+def test_find_rate_refuses_the_target_answer(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    stream = write_jsonl(tmp_path / "s.jsonl", [Command(t_ns=i * 10**8, text=TEXTS[0],
+                                                        command_id=f"a{i}") for i in range(2)])
+    assert main(["run", "--find-rate", "--target-answer", "--stream", str(stream), "--engine",
+                 "sim", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("robot-latency run: error: --target-answer:")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from robot_latency.cli import build_parser
-from robot_latency.cli.run import run_config_from_args
+from robot_latency.cli.run_args import run_config_from_args
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import LOOP_FIELDS, RunSettings, SettingsError

@@ -149,3 +149,20 @@ def check_quant_flags(args: argparse.Namespace) -> None:
             items = value if isinstance(value, list) else [value]
             setattr(args, dest, ",".join(quant_level(q, flag=flag)
                                          for item in items for q in split_list(item)))
+
+
+def search_answer_lines(title: str, *, held: str | None, failed: str | None,
+                        miss_held: float | None, miss_failed: float | None, rate_name: str,
+                        what: str, more_flag: str) -> list[str]:
+    """A capacity search's answer in words: the ``held`` setting and the first ``failed`` one
+    (already in words, e.g. ``"x1.7 = 0.75 commands/s"``), each with its ``rate_name``."""
+    lines = [title]
+    if held is None:
+        lines.append(f"  none held: {failed} missed {100 * (miss_failed or 0.0):.2f}%")
+    else:
+        lines.append(f"  held   {held}, {rate_name} {100 * (miss_held or 0.0):.2f}%")
+    if failed is None:
+        lines.append(f"  failed none: every {what} tried held (more {more_flag} go higher)")
+    elif held is not None:
+        lines.append(f"  failed {failed}, {rate_name} {100 * (miss_failed or 0.0):.2f}%")
+    return lines

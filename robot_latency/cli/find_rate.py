@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, emit_json, split_list
+from robot_latency.cli.common import UsageError, echo, emit_json, search_answer_lines, split_list
 from robot_latency.cli.run_args import (
     add_host_load,
     first_missing,
@@ -154,21 +154,18 @@ def cmd_find_rate(args: argparse.Namespace) -> int:
 
 def answer_lines(doc: dict[str, Any]) -> list[str]:
     """The answer in words: the speed held, the first that failed, their miss rates."""
-    target = f"{100 * doc['miss_target']:g}%"
-    lines = [f"Highest replay speed held on this host at a miss rate <= {target} "
-             f"(deadline {doc['deadline_ms']:g} ms, {doc['tried']} runs):"]
-    if doc["speed_held"] is None:
-        lines.append(f"  none held: the slowest tried, x{doc['speed_failed']:.4g}, missed "
-                     f"{100 * doc['miss_failed']:.2f}%")
-    else:
-        lines.append(f"  held   x{doc['speed_held']:.4g} = {doc['rate_held_cmd_s']:.3g} "
-                     f"commands/s, miss rate {100 * doc['miss_held']:.2f}%")
-    if doc["speed_failed"] is None:
-        lines.append("  failed none: every speed tried held (more --find-rate-trials go higher)")
-    elif doc["speed_held"] is not None:
-        lines.append(f"  failed x{doc['speed_failed']:.4g} = {doc['rate_failed_cmd_s']:.3g} "
-                     f"commands/s, miss rate {100 * doc['miss_failed']:.2f}%")
-    return lines
+    def at(speed: float | None, rate: float | None) -> str | None:
+        return None if speed is None else f"x{speed:.4g} = {rate:.3g} commands/s"
+
+    failed = (None if doc["speed_failed"] is None else
+              at(doc["speed_failed"], doc["rate_failed_cmd_s"]) if doc["speed_held"] is not None
+              else f"the slowest tried, x{doc['speed_failed']:.4g},")
+    return search_answer_lines(
+        f"Highest replay speed held on this host at a miss rate <= "
+        f"{100 * doc['miss_target']:g}% (deadline {doc['deadline_ms']:g} ms, {doc['tried']} runs):",
+        held=at(doc["speed_held"], doc["rate_held_cmd_s"]), failed=failed,
+        miss_held=doc["miss_held"], miss_failed=doc["miss_failed"], rate_name="miss rate",
+        what="speed", more_flag="--find-rate-trials")
 
 
 def add_find_rate_args(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from robot_latency.cli.common import UsageError, echo, emit_json, render_table, split_list
+from robot_latency.cli.common import (
+    UsageError,
+    echo,
+    emit_json,
+    render_table,
+    search_answer_lines,
+    split_list,
+)
 from robot_latency.cli.run_args import CLI_PUBLISH_MARGIN_MS
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.planner.config import MODES, RunSettings
@@ -58,21 +65,14 @@ def fleet_rows(sizes: list[dict[str, Any]]) -> list[list[str]]:
 
 def answer_lines(found: dict[str, Any]) -> list[str]:
     """``find_robots`` in words: the size held, the first that failed, their model miss rates."""
-    lines = [f"Largest fleet this server holds at a model miss rate <= "
-             f"{100 * found['miss_target']:g}% ({found['tried']} fleet sizes run):"]
-    if found["robots_held"] is None:
-        lines.append(f"  none held: {found['robots_failed']} robot missed "
-                     f"{100 * found['miss_failed']:.2f}%")
-    else:
-        lines.append(f"  held   {found['robots_held']} robots, model miss rate "
-                     f"{100 * found['miss_held']:.2f}%")
-    if found["robots_failed"] is None:
-        lines.append("  failed none: every size tried held (more --find-robots-trials go "
-                     "higher)")
-    elif found["robots_held"] is not None:
-        lines.append(f"  failed {found['robots_failed']} robots, model miss rate "
-                     f"{100 * found['miss_failed']:.2f}%")
-    return lines
+    held, failed = found["robots_held"], found["robots_failed"]
+    return search_answer_lines(
+        f"Largest fleet this server holds at a model miss rate <= "
+        f"{100 * found['miss_target']:g}% ({found['tried']} fleet sizes run):",
+        held=None if held is None else f"{held} robots",
+        failed=None if failed is None else f"{failed} robot{'s' if failed != 1 else ''}",
+        miss_held=found["miss_held"], miss_failed=found["miss_failed"],
+        rate_name="model miss rate", what="size", more_flag="--find-robots-trials")
 
 
 def _check_find_robots(args: argparse.Namespace) -> None:

@@ -91,16 +91,22 @@ def test_unk_column_is_all_unused_ids_together():
     assert tmap.compact([7, 5]) == [1, tmap.unk] and tmap.real([2, 3]) == [11, -1]
 
 
+def _tiny_compact(jcorpus, tok, tmp_path, *, seed: int):
+    """A random one-layer model over the corpus's id map, written as a compact GGUF."""
+    tmap = token_map(jcorpus, tok.n_vocab)
+    torch.manual_seed(seed)
+    shape = GGUFShape(vocab_size=tmap.size, dim=32, n_layers=1, n_heads=1, n_kv_heads=1,
+                      ffn_dim=64, context_length=1024)
+    model = LlamaModel(shape).eval()
+    return tmap, shape, model, write_compact(tmp_path / "c.gguf", shape, model.gguf_tensors(),
+                                             tmap)
+
+
 def test_full_export_places_rows_at_real_ids_and_matches_torch_in_llama_cpp(jcorpus, tok,
                                                                            tmp_path):
     import llama_cpp
 
-    tmap = token_map(jcorpus, tok.n_vocab)
-    torch.manual_seed(1)
-    shape = GGUFShape(vocab_size=tmap.size, dim=32, n_layers=1, n_heads=1, n_kv_heads=1,
-                      ffn_dim=64, context_length=1024)
-    model = LlamaModel(shape).eval()
-    compact = write_compact(tmp_path / "c.gguf", shape, model.gguf_tensors(), tmap)
+    tmap, _, model, compact = _tiny_compact(jcorpus, tok, tmp_path, seed=1)
     assert read_compact(compact)[2] == list(tmap.ids)
     full = build_full(compact, tmp_path / "full.gguf")
     llm = open_llama(load_policy(), model_path=str(full), n_ctx=1024, logits_all=True,
@@ -143,12 +149,7 @@ def test_greedy_json_stops_on_an_unused_id(jcorpus, tok):
 def test_training_starts_from_a_compact_gguf_of_the_same_id_map(jcorpus, tok, tmp_path):
     from robot_latency.models.json_train import _init_state
 
-    tmap = token_map(jcorpus, tok.n_vocab)
-    torch.manual_seed(2)
-    shape = GGUFShape(vocab_size=tmap.size, dim=32, n_layers=1, n_heads=1, n_kv_heads=1,
-                      ffn_dim=64, context_length=1024)
-    model = LlamaModel(shape).eval()
-    compact = write_compact(tmp_path / "c.gguf", shape, model.gguf_tensors(), tmap)
+    tmap, _, model, compact = _tiny_compact(jcorpus, tok, tmp_path, seed=2)
     state = _init_state(compact, tmap)
     for name, value in model.state_dict().items():
         torch.testing.assert_close(state[name], value, atol=2e-3, rtol=0)  # stored as F16

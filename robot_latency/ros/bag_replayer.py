@@ -18,7 +18,9 @@ read as the typed Plan on ``planner/plan`` (``plan_json``: the JSON envelope on
 
 With ``send_via:=action`` each command is a goal of the planner's ``planner/plan_command`` action
 instead (:mod:`robot_latency.ros.action_client`): the goal's result is the plan received, timed
-the same way, and the client summary's ``via`` says ``action``.
+the same way, and the client summary's ``via`` says ``action``. With ``send_via:=typed`` each
+command is a typed ``robot_latency_interfaces/msg/Command`` on ``planner/command_typed`` (its id,
+its text, its header stamped with the send on this node's ROS clock), matched as a tagged one.
 
     bag_replayer --ros-args -p bag:=streams/steady -p speed:=1.0 -p client_log_dir:=runs/r1
     ros2 run robot_latency bag_replayer --ros-args -p bag:=/data/session.mcap -p loop_count:=3
@@ -55,12 +57,13 @@ from robot_latency.ros.replayer_params import REPLAYER_PARAMS, replayer_settings
 from robot_latency.ros.topics import (
     ACK_TOPIC,
     COMMAND_TOPIC,
+    COMMAND_TYPED_TOPIC,
     PLAN_JSON_TOPIC,
     PLAN_TOPIC,
     READY_TOPIC,
 )
 from robot_latency.streams import CommandStream, StreamError, read_stream
-from robot_latency_interfaces.msg import Plan
+from robot_latency_interfaces.msg import Command, Plan
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +103,18 @@ class BagReplayerNode(Node):
             return
         # Reliable with a deep queue: a burst in the recording must reach the planner's mailbox
         # (which decides what to drop), not be lost on the wire.
-        self.publisher = self.create_publisher(
-            String, COMMAND_TOPIC, QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         s = self.settings
+        self.typed = s.send_via == "typed"
+        self.publisher = self.create_publisher(
+            *((Command, COMMAND_TYPED_TOPIC) if self.typed else (String, COMMAND_TOPIC)),
+            QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         # The client edge: the receive time is read in the callback, so it includes this
         # executor's delay, as a robot's controller would feel it.
         self.tracker = ClientTracker(deadline_ms=s.deadline_ms, via=s.send_via,
                                      max_frame_age_ms=s.max_frame_age_ms)
-        self._tagged_send = make_sender(self.tracker, self.send)
-        self.client_edge = s.client_log_dir is not None or s.send_via == "action"
+        self._tagged_send = self._send_typed if self.typed else make_sender(self.tracker,
+                                                                              self.send)
+        self.client_edge = s.client_log_dir is not None or s.send_via in ("action", "typed")
         self.goals: GoalSender | None = None
         if self.client_edge:
             # Each plan is acknowledged from the plan callback (its cycle echoed): the planner
@@ -150,7 +156,21 @@ class BagReplayerNode(Node):
 
     def send(self, text: str) -> None:
         """Publish one command."""
-        self.publisher.publish(String(data=text))
+        self.publisher.publish(Command(text=text) if self.typed else String(data=text))
+
+    def _send_typed(self, command_id: str, text: str, *, stream_command_id: str | None = None,
+                    play: int = 0) -> None:
+        """Register and publish one typed command, its header stamped with the send (the ROS
+        clock, read with the tracker's send time)."""
+        sent_ns = self.tracker.clock()
+        msg = Command(id=command_id, text=text)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.tracker.sent(command_id, sent_ns, stream_command_id=stream_command_id, play=play)
+        try:
+            self.publisher.publish(msg)
+        except Exception:
+            self.tracker.not_sent(command_id)
+            raise
 
     def send_item(self, item: Send) -> None:
         """Publish one scheduled command, tagged with a unique id (``<stream id>@<play>``), or

@@ -40,7 +40,8 @@ from robot_latency.planner.margin import TransportMargin
 from robot_latency.planner.runner_factory import RunError, close_runner, make_runner
 from robot_latency.records import CycleRecord
 from robot_latency.ros.camera import CameraInput, camera_input
-from robot_latency.ros.client_edge import monotonic_clock_id, read_command
+from robot_latency.ros.client_edge import ReceivedCommand, monotonic_clock_id
+from robot_latency.ros.command_input import command_subscriptions
 from robot_latency.ros.cycle_stats import ClockBridge, CycleOutputs
 from robot_latency.ros.declare import declare_table, unknown_overrides
 from robot_latency.ros.diagnostics import (
@@ -66,6 +67,7 @@ from robot_latency.ros.readiness import core_readiness
 from robot_latency.ros.standing_errors import StandingErrors
 from robot_latency.ros.topics import (
     COMMAND_TOPIC,
+    COMMAND_TYPED_TOPIC,
     CYCLE_STATS_TOPIC,
     DIAGNOSTICS_TOPIC,
     PLAN_ACTION,
@@ -229,14 +231,13 @@ class PlannerCore:
                                    plan_json=settings.plan_json, driver=lambda: self.driver,
                                    on_handoff=self._on_result_handoff)
         self._cycle_out = CycleOutputs(self._create_pub, clocks, cycle_json=settings.cycle_json)
-        self._subs = [
-            self.node.create_subscription(
-                String, COMMAND_TOPIC, self._on_command,
-                QoSProfile(depth=max(10, cfg.settings.mailbox_capacity),
-                           reliability=ReliabilityPolicy.RELIABLE)),
-            self.node.create_subscription(
-                String, STATE_TOPIC, self._on_state,
-                QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))]
+        self._subs = command_subscriptions(  # planner/command and planner/command_typed
+            self.node, self._on_command, depth=max(10, cfg.settings.mailbox_capacity),
+            clock_id=self._clock_id, clocks=clocks,
+            loop_clock=lambda: self.driver.run.clock if self.driver else None)
+        self._subs.append(self.node.create_subscription(
+            String, STATE_TOPIC, self._on_state,
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)))
         self.camera = camera_input(self.node, settings.camera_topic, clocks, self._subs)
         # The deadline is kept where the plan is received: the node measures its own transport
         # (loopback pings at start-up, then its own plans) into the loop's margin, which
@@ -333,21 +334,20 @@ class PlannerCore:
     def topics_line(self) -> str:
         """Return where the node listens and publishes, names resolved (for a log line)."""
         name = self.node.resolve_topic_name
-        return (f"in {name(COMMAND_TOPIC)} (state {name(STATE_TOPIC)}), out {name(PLAN_TOPIC)}, "
-                f"{name(CYCLE_STATS_TOPIC)}; action {name(PLAN_ACTION)}")
+        return (f"in {name(COMMAND_TOPIC)}, {name(COMMAND_TYPED_TOPIC)} (state "
+                f"{name(STATE_TOPIC)}), out {name(PLAN_TOPIC)}, {name(CYCLE_STATS_TOPIC)}; "
+                f"action {name(PLAN_ACTION)}")
 
-    def _on_command(self, msg: String) -> None:
-        # Empty, oversized or undecodable text (rclpy decodes bad UTF-8 to U+FFFD) is passed on
-        # as it is: the loop refuses it with a logged warning and answers with a fallback.
-        # A tagged command ({"command_id", "text"} JSON, from a client edge) keeps its id.
+    def _on_command(self, received: ReceivedCommand, state: str | None) -> None:
+        # Either input (robot_latency.ros.command_input), read. Empty, oversized or undecodable
+        # text is passed on as it is: the loop refuses it with a logged warning (a fallback).
         driver = self.driver
         if driver is None:  # a plan published now would go nowhere
             self.logger.warning("command received while not active: dropped")
             return
-        # A tagged command stamped on this boot's monotonic clock starts its deadline at its
-        # send, where the receiver counts it (robot_latency.ros.client_edge.read_command).
-        received = read_command(msg.data, clock_id=self._clock_id)
-        command = driver.submit(received.text, received.command_id, sent_ns=received.sent_ns)
+        # A send stamp on the loop's clock starts the command's deadline at its send.
+        command = driver.submit(received.text, received.command_id, sent_ns=received.sent_ns,
+                                state=state)
         self.logger.debug(f"command {command.command_id}: {len(received.text)} characters")
 
     def _on_state(self, msg: String) -> None:

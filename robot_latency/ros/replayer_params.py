@@ -14,7 +14,7 @@ from typing import Any
 from robot_latency.ros.param_spec import ParamError, ParamSpec, typed_values
 
 #: How the replayer sends its commands.
-SEND_VIA = ("topic", "action")
+SEND_VIA = ("topic", "action", "typed")
 
 #: The bag replayer node's parameters, in declaration order.
 REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
@@ -56,7 +56,9 @@ REPLAYER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("send_via", "topic", "string",
               "how commands go out: topic (planner/command; with client_log_dir tagged, plans "
               "read from planner/plan) or action (a planner/plan_command goal each, with "
-              "deadline_ms as the goal's deadline; its result is the plan received)",
+              "deadline_ms as the goal's deadline; its result is the plan received) or typed "
+              "(a robot_latency_interfaces/msg/Command each on planner/command_typed, its "
+              "header stamped with the send; plans read from planner/plan)",
               choices=SEND_VIA),
     ParamSpec("bag_camera_topic", "", "string",
               "the bag's camera topic (sensor_msgs/Image or CompressedImage) whose frames are "

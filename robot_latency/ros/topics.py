@@ -15,6 +15,10 @@ from robot_latency.profiles.actions import is_refusal
 
 #: in: one operator command per message (std_msgs/String; tagged JSON from a client edge).
 COMMAND_TOPIC = "planner/command"
+#: in: one operator command per message, typed (robot_latency_interfaces/msg/Command: header
+#: stamped with its send, id, text, state); read as the tagged string is. A name of its own: Fast
+#: DDS refuses a second type on one topic name in a participant (robot_latency.ros.command_input).
+COMMAND_TYPED_TOPIC = "planner/command_typed"
 #: in: robot state text for planner profiles whose prompt has ``{state}``; the latest message
 #: is what the next cycles' prompts carry.
 STATE_TOPIC = "planner/state"
@@ -60,12 +64,14 @@ class Endpoint:
 _STRING, _DIAG = "std_msgs/msg/String", "diagnostic_msgs/msg/DiagnosticArray"
 PLAN_TYPE = "robot_latency_interfaces/msg/Plan"
 CYCLE_STATS_TYPE = "robot_latency_interfaces/msg/CycleStats"
+COMMAND_TYPE = "robot_latency_interfaces/msg/Command"
 PLAN_ACTION_TYPE = "robot_latency_interfaces/action/PlanCommand"
 
 #: What a running planner node (plain or managed, active) publishes and subscribes to, besides
 #: rclpy's own (/rosout, /parameter_events) and the lifecycle node's transition events.
 PLANNER_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(COMMAND_TOPIC, _STRING, "sub"),
+    Endpoint(COMMAND_TYPED_TOPIC, COMMAND_TYPE, "sub"),
     Endpoint(STATE_TOPIC, _STRING, "sub"),
     Endpoint(PLAN_TOPIC, PLAN_TYPE, "pub"),
     Endpoint(CYCLE_STATS_TOPIC, CYCLE_STATS_TYPE, "pub"),

@@ -139,7 +139,8 @@ def _env() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
-def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, object]
+def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, object],
+              replayer_params: dict[str, object] | None = None
               ) -> tuple[Path, list[ClientRecord], list[CycleRecord]]:
     """planner_node (sim engine) and bag_replayer over DDS on ``commands``; return the run
     directory, the client's records and the planner's."""
@@ -163,7 +164,7 @@ def _run_edge(tmp_path: Path, commands: list[Command], node_params: dict[str, ob
         replay = subprocess.run(
             [sys.executable, "-m", "robot_latency.ros.bag_replayer",
              *ros_args({"bag": str(stream), "tail_s": 60.0, "start_delay_s": 0.5,
-                         "client_log_dir": str(run_dir)})],
+                         "client_log_dir": str(run_dir), **(replayer_params or {})})],
             env=env, capture_output=True, text=True, timeout=240, check=False,
             preexec_fn=follow_parent())
         assert replay.returncode == 0, replay.stdout + replay.stderr
@@ -225,6 +226,27 @@ def test_replayer_measures_reaction_at_the_client_edge_over_dds(tmp_path: Path) 
     text = report.read_text()
     assert "## Reaction time at the client edge" in text
     assert (tmp_path / "report" / "reaction_cdf.png").exists()
+
+
+def test_replayer_sends_typed_commands_stamped_with_their_send(tmp_path: Path) -> None:
+    """send_via typed: each command a robot_latency_interfaces/msg/Command on
+    planner/command_typed; the planner plans it under the replayer's id, from its send."""
+    texts = ["go to the kitchen", "pick up the red cup", "stop"]
+    run_dir, client, records = _run_edge(
+        tmp_path, [Command(t_ns=i * 300 * MS, text=t, command_id=f"t{i}")
+                   for i, t in enumerate(texts)],
+        {"mode": "event", "deadline_ms": 400.0}, {"send_via": "typed"})
+    summary = json.loads((run_dir / "client_summary.json").read_text())
+    assert summary["via"] == "typed" and summary["plans_unmatched"] == 0
+    assert [c.command_id for c in client] == [f"t{i}@0" for i in range(len(texts))]
+    assert {c.command_id for c in client} == {r.command_id for r in records}
+    for c in client:
+        rec = next(r for r in records if r.command_id == c.command_id)
+        # The header stamp reached the loop as the command's send: its deadline counts from it.
+        assert rec.command_sent_ns is not None and rec.command_arrival_ns is not None
+        assert rec.scheduled_ns == rec.command_sent_ns == rec.data_ns
+        assert c.sent_ns <= rec.command_arrival_ns
+        assert c.status == "answered" and c.plan_cycle == rec.cycle
 
 
 # Not met yet: in a whole-suite run with both cores busy, one periodic-mode plan published on

@@ -1,6 +1,7 @@
 """Typed per-cycle stats and the data's stamps, over real rclpy and Fast DDS (no mocks).
 
-An outside node sends tagged commands stamped with their send, and reads ``planner/cycle_stats``
+An outside node sends tagged commands stamped with their send (and typed Commands on
+``planner/command_typed``, their header stamped with the send), and reads ``planner/cycle_stats``
 (robot_latency_interfaces/msg/CycleStats), ``planner/plan`` (Plan) and the JSON records on
 ``planner/cycle``. It checks one CycleStats per cycle with the record's figures, and that a
 plan's and a cycle's ``header.stamp`` is the command's send on the ROS clock: now minus the
@@ -27,7 +28,7 @@ from std_msgs.msg import String
 from robot_latency.ros.client_edge import monotonic_clock_id, tag_command
 from robot_latency.ros.cycle_stats import clock_offset_ns
 from robot_latency.ros.planner_node import PlannerNode
-from robot_latency_interfaces.msg import CycleStats, Plan
+from robot_latency_interfaces.msg import Command, CycleStats, Plan
 
 Spinner = Any
 #: How far two readings of the same instant on the two clocks may disagree (ns): each side
@@ -53,12 +54,14 @@ class Client:
         self.log_dir: Path | None = None  # the node's run directory
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.pub = self.node.create_publisher(String, "/planner/command", qos)
+        self.typed_pub = self.node.create_publisher(Command, "/planner/command_typed", qos)
         self.node.create_subscription(CycleStats, "/planner/cycle_stats", self._on_stats, qos)
         self.node.create_subscription(Plan, "/planner/plan", self._on_plan, qos)
         self.node.create_subscription(
             String, "/planner/cycle", lambda m: self._keep(self.records, json.loads(m.data)), qos)
         self.clock_id = monotonic_clock_id()
         self.sent: dict[str, int] = {}  # command id -> send on the monotonic clock
+        self.typed: dict[str, Command] = {}  # command id -> the typed command sent
 
     def ros_ns(self) -> int:
         return self.node.get_clock().now().nanoseconds
@@ -82,6 +85,15 @@ class Client:
         self.sent[command_id] = sent_ns
         self.pub.publish(String(data=tag_command(command_id, text, sent_ns=sent_ns,
                                                  clock_id=self.clock_id)))
+
+    def send_typed(self, command_id: str, text: str, *, stamped: bool = True) -> Command:
+        msg = Command(id=command_id, text=text)
+        self.sent[command_id] = time.perf_counter_ns()
+        if stamped:
+            msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.typed[command_id] = msg
+        self.typed_pub.publish(msg)
+        return msg
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +119,7 @@ def client(ros: Spinner, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     c.log_dir = log_dir
     try:
         c.wait_for(lambda: c.pub.get_subscription_count() >= 1
+                   and c.typed_pub.get_subscription_count() >= 1
                    and c.node.count_publishers("/planner/cycle_stats") >= 1, 30,
                    "the planner to be discovered")
         yield c
@@ -163,6 +176,46 @@ def test_stamps_are_the_commands_send_on_the_ros_clock(client: Client) -> None:
     # A monitor's "now - header.stamp" at the receiver is the client edge's reaction time.
     reaction_ns = loop_at - client.sent[command_id]
     assert abs((ros_at - _ns(plan.header.stamp)) - reaction_ns) <= 2 * CLOCK_READ_NS
+
+
+def _answer(client: Client, command_id: str) -> tuple[Plan, int, int, CycleStats, dict]:
+    """The plan (with its ROS and loop receipt times), the stats and the JSON record of one
+    command."""
+    plan, ros_at, loop_at = client.wait_for(
+        lambda: next((p for p in client.snapshot("plans") if p[0].command_id == command_id),
+                     None), 60, f"the plan of {command_id}")
+    stats = client.wait_for(lambda: next((m for m, _ in client.snapshot("stats")
+                                          if m.command_id == command_id), None), 30, "its stats")
+    rec = client.wait_for(lambda: next((r for r in client.snapshot("records")
+                                        if r["command_id"] == command_id), None), 30,
+                          "its record")
+    return plan, ros_at, loop_at, stats, rec
+
+
+def test_typed_commands_are_planned_with_their_id_and_send_stamp(client: Client) -> None:
+    for i, text in enumerate(["go to the kitchen", "pick up the red cup", "stop"]):
+        command_id = f"typed-{i}"
+        sent = client.send_typed(command_id, text)
+        plan, ros_at, loop_at, stats, rec = _answer(client, command_id)
+        # The command's send is the cycle's data: the plan's and the stats' stamp are the
+        # command's header.stamp exactly (moved onto the loop's clock and back by one offset).
+        assert _ns(stats.header.stamp) == _ns(plan.header.stamp) == _ns(sent.header.stamp)
+        # The record keeps the send (on the loop's clock) as the cycle's data and its start.
+        assert rec["command_sent_ns"] is not None
+        assert rec["data_ns"] == rec["command_sent_ns"] == rec["scheduled_ns"]
+        assert rec["command_sent_ns"] <= rec["command_arrival_ns"]
+        # A monitor's "now - header.stamp" at the receiver is the client edge's reaction time
+        # (the two differ by this side's reading of its two clocks only).
+        reaction_ns = loop_at - client.sent[command_id]
+        assert abs((ros_at - _ns(plan.header.stamp)) - reaction_ns) <= 2 * CLOCK_READ_NS
+
+
+def test_an_unstamped_typed_command_counts_from_its_arrival(client: Client) -> None:
+    client.send_typed("typed-unstamped", "go to the kitchen", stamped=False)
+    plan, _, _, stats, rec = _answer(client, "typed-unstamped")
+    assert rec["command_sent_ns"] is None
+    assert rec["data_ns"] == rec["command_arrival_ns"]
+    assert _ns(stats.header.stamp) == _ns(plan.header.stamp) > 0
 
 
 def test_the_plan_topic_has_greenwaves_keys(client: Client, ros: Spinner) -> None:

@@ -128,7 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a command arriving while the model works on an older one waits "
                         "(queue) or aborts it, the older recorded as superseded (preempt); "
                         "default %(default)s")
-    p.add_argument("--send-via", default=_D.send_via, choices=("topic", "action"),
-                   help="how the replayer sends each command: on planner/command (topic) or "
-                        "as a planner/plan_command goal (action); the report says which")
+    p.add_argument("--send-via", default=_D.send_via, choices=("topic", "action", "typed"),
+                   help="how the replayer sends each command: tagged on planner/command (topic), "
+                        "as a planner/plan_command goal (action) or as a typed "
+                        "robot_latency_interfaces/Command on planner/command_typed (typed); the "
+                        "report says which")
     p.set_defaults(func=cmd_demo)

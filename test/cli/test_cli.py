@@ -155,3 +155,12 @@ def test_console_script_is_installed() -> None:
                            "--json"], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONWARNINGS": "error"})
     assert json.loads(proc.stdout)["speedup"] == pytest.approx(3.3616 / 1.4)
+
+
+def test_the_demo_sends_every_way_the_replayer_can() -> None:
+    from robot_latency.cli import build_parser
+    from robot_latency.ros.replayer_params import SEND_VIA
+
+    demo = build_parser()._subparsers._group_actions[0].choices["demo"]
+    send_via = next(a for a in demo._actions if a.dest == "send_via")
+    assert tuple(send_via.choices) == SEND_VIA

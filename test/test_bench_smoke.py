@@ -53,7 +53,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
-               "envelope.py"}
+               "envelope.py", "vision_cost.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -180,3 +180,18 @@ def test_envelope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert all(len(modes) == 4 for modes in env["modes"].values())
     sweep = doc["capacity_vs_sweep"]
     assert len(sweep["sweep"]) == 3 and sweep["search"]["miss_target"] == 0.05
+
+
+def test_vision_cost(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "vision_cost.py", "--smoke", "--mmproj-dir", str(tmp_path / "mm"))
+    assert doc["lm"]["source"] == "bundled" and doc["lm"]["n_embd"] > 0
+    towers = doc["towers"]
+    assert set(towers) == {"tiny-mlp", "tiny-shuffle"}
+    assert (towers["tiny-mlp"]["image_tokens"], towers["tiny-mlp"]["image_chunks"]) == (16, 1)
+    # idefics3: the global view and one tile, 16 tokens each
+    assert (towers["tiny-shuffle"]["image_tokens"], towers["tiny-shuffle"]["image_chunks"]) \
+        == (32, 2)
+    for tower in towers.values():
+        assert Path(tower["mmproj"]).is_file()
+        assert tower["median"]["n"] == 1 == len(tower["frames"])
+        assert tower["median"]["encode_ms"] > 0 and tower["median"]["image_prefill_ms"] > 0

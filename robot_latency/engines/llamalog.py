@@ -57,3 +57,14 @@ def route_llama_log() -> None:
         if _callback is None:
             _callback = llama_cpp.llama_log_callback(_on_log)
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def route_mtmd_log() -> None:
+    """The same for ``libmtmd`` (the vision encoder's loader and helpers), which has callbacks of
+    its own: its lines (every tensor of an mmproj, each image batch) go to :data:`LOGGER_NAME`."""
+    from llama_cpp import mtmd_cpp
+
+    route_llama_log()
+    with _lock:
+        mtmd_cpp.mtmd_log_set(_callback, ctypes.c_void_p(0))
+        mtmd_cpp.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))

@@ -6,9 +6,9 @@ LLaVA-1.5's MLP projector, 576 tokens; SigLIP-base/16 at 512 px with SmolVLM's 4
 ``--mmproj-dir``), loaded beside the language model by libmtmd, and ``--frames`` rendered table
 scenes of ``--frame-px`` are timed one at a time, each from an empty context: the encode
 (``mtmd_encode_chunk``) and the image prefill (``mtmd_helper_decode_image_chunk``), apart. The
-first ``--warmup`` frames are dropped. The language model is the demo's (the planner inflated to
-the Qwen2.5-0.5B shape, Q4_K_M) when the model cache holds it, else the shipped tiny planner
-(``lm.source`` says which). The towers' weights are untrained: the times are real, the
+first ``--warmup`` frames are dropped. The language model is the demo's (the JSON planner
+inflated to the Qwen2.5-0.5B shape, Q4_K_M) when the model cache holds it, else the shipped tiny
+planner (``lm.source`` says which). The towers' weights are untrained: the times are real, the
 embeddings mean nothing.
 
     python bench/vision_cost.py --threads 1 --frames 5 --out vision_cost.json
@@ -43,8 +43,9 @@ from robot_latency.streams.scene import render_scene
 
 log = logging.getLogger("vision_cost")
 
-#: The demo's language model in the model cache (name, level).
-DEMO_LM = ("planner-inflated-qwen2.5-0.5b", "Q4_K_M")
+#: The demo's language model in the model cache (name, level): the JSON planner inflated into the
+#: Qwen2.5-0.5B shape (Qwen2's 151,936 ids, 896 wide), the main job's middle level.
+DEMO_LM = ("planner-json-inflated-qwen2.5-0.5b", "Q4_K_M")
 SMOKE_TOWERS = ("tiny-mlp", "tiny-shuffle")
 
 

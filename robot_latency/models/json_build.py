@@ -109,7 +109,9 @@ def install(trained: Path, out: Path, cache_dir: Path, *, n_eval: int, n_refuse:
         "torch_greedy_no_grammar": meta["torch_greedy"],
         "llamacpp_grammar": {**figures, "eval_s": round(eval_s, 1)},
         "corpus": meta["corpus"],
-        "build_command": _phases(previous, meta, train_command)["build_command"],
+        "build_command": _phases(previous, meta, train_command)["build_command"]
+        + f"; python -m robot_latency.models.json_build --trained {trained} --out {out} "
+          f"--n-eval {n_eval} --n-refuse {n_refuse}" + (" --continues" if continues else ""),
         "torch_version": meta["torch_version"],
     }
     (out / JSON_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -12,7 +12,9 @@ onto the node's ROS clock by their offset, read once (:class:`ClockBridge`).
 
 from __future__ import annotations
 
+import collections
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -67,25 +69,49 @@ class ClockBridge:
     """Moves loop-clock times onto the ROS clock by one offset per loop clock, read once
     (:func:`clock_offset_ns`) and kept, so a cycle's plan and its stats carry the same stamp.
 
+    A time that came from the ROS clock (a typed command's ``header.stamp``, moved onto the loop's
+    clock by :meth:`loop_ns`) goes back as it came: the newest :data:`KEEP_STAMPS` such times are
+    remembered, so a plan's stamp is its command's exactly even where the loop clock it is
+    stamped through is another object than the one the command was read with.
+
     Args:
         ros_clock_ns: the node's ROS clock (ns).
     """
 
+    #: ROS-clock stamps remembered for their way back.
+    KEEP_STAMPS = 1024
+
     def __init__(self, ros_clock_ns: Callable[[], int]) -> None:
         self.ros_clock_ns = ros_clock_ns
         self._offsets: dict[Callable[[], int], int] = {}
+        self._from_ros: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def _offset(self, loop_clock: Callable[[], int]) -> int:
+        with self._lock:
+            if loop_clock not in self._offsets:
+                self._offsets[loop_clock] = clock_offset_ns(loop_clock, self.ros_clock_ns)
+            return self._offsets[loop_clock]
 
     def ros_ns(self, loop_ns: int | None, loop_clock: Callable[[], int] | None) -> int:
         """``loop_ns`` on the ROS clock; now where either is None."""
         if loop_ns is None or loop_clock is None:
             return self.ros_clock_ns()
-        if loop_clock not in self._offsets:
-            self._offsets[loop_clock] = clock_offset_ns(loop_clock, self.ros_clock_ns)
-        return loop_ns + self._offsets[loop_clock]
+        with self._lock:
+            came_from = self._from_ros.get(loop_ns)
+        return came_from if came_from is not None else loop_ns + self._offset(loop_clock)
 
     def loop_ns(self, ros_ns: int, loop_clock: Callable[[], int]) -> int:
-        """``ros_ns`` (the ROS clock) on the loop's clock: :meth:`ros_ns` undone exactly."""
-        return ros_ns - (self.ros_ns(0, loop_clock))
+        """``ros_ns`` (the ROS clock) on the loop's clock, by the offset read now: the ROS clock
+        (system time, slewed by NTP) drifts from the loop's monotonic one, by tens of
+        microseconds within seconds here, enough to put a send after its arrival through an
+        offset read at start-up. :meth:`ros_ns` undoes it exactly (the stamp is remembered)."""
+        loop = ros_ns - clock_offset_ns(loop_clock, self.ros_clock_ns)
+        with self._lock:
+            self._from_ros[loop] = ros_ns
+            while len(self._from_ros) > self.KEEP_STAMPS:
+                self._from_ros.popitem(last=False)
+        return loop
 
 
 class CycleOutputs:

@@ -25,13 +25,19 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     from robot_latency.models.bundled import bundled_model_path
     from robot_latency.models.ladder import (
         INFLATED_PREFIX,
+        JSON_INFLATED_PREFIX,
         build_ladder,
         default_cache_dir,
-        ensure_inflated,
     )
 
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     echo(f"model cache: {cache}")
+    if args.planner == "json":
+        if args.accuracy:
+            raise UsageError("--accuracy: measured for --planner compact only (the JSON "
+                             "planner's accuracy is in its manifest)")
+        _build_inflations(bundled_model_path("planner-json"), args, cache, JSON_INFLATED_PREFIX)
+        return 0
     planner = bundled_model_path("planner")
     t0 = time.perf_counter()
     man = build_ladder(planner, cache, quants=split_list(args.quants), name="planner")
@@ -46,14 +52,23 @@ def cmd_models_build(args: argparse.Namespace) -> int:
         echo(f"\nplan exact-match against the shipped F32 planner, "
              f"{min(args.accuracy, len(held))} held-out commands:")
         echo(render_table(["quant", "exact match"], [[q, f"{a:.3f}"] for q, a in acc.items()]))
+    _build_inflations(planner, args, cache, INFLATED_PREFIX)
+    return 0
+
+
+def _build_inflations(planner: Path, args: argparse.Namespace, cache: Path, prefix: str) -> None:
+    """Inflate ``planner`` into each ``--inflate`` preset and build its ladder."""
+    import time
+
+    from robot_latency.models.ladder import build_ladder, ensure_inflated
+
     for preset in split_list(args.inflate):
         t0 = time.perf_counter()
-        src = ensure_inflated(planner, preset, cache)
+        src = ensure_inflated(planner, preset, cache, name=prefix + preset)
         man = build_ladder(src, cache, quants=["F16", *split_list(args.inflated_quants)],
-                           name=INFLATED_PREFIX + preset)
+                           name=prefix + preset)
         echo("")
         _show_ladder(man, time.perf_counter() - t0)
-    return 0
 
 
 def cmd_models_ladder(args: argparse.Namespace) -> int:
@@ -97,6 +112,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "own quantizer, and the planner inflated function-preservingly into real "
                     "model shapes (same outputs, the real per-token cost) with its ladder. "
                     "Skips whatever is already built from the same source.")
+    mp.add_argument("--planner", choices=("compact", "json"), default="compact",
+                    help="compact: the action-language planner, its ladder and inflations; "
+                         "json: the JSON planner's inflations only (default %(default)s)")
     quant_list_arg(mp, "--quants", default="F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K")
     mp.add_argument("--inflate", default="qwen2.5-0.5b",
                     help="comma-separated presets to inflate into ('' for none)")

@@ -53,7 +53,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
-               "envelope.py", "vision_cost.py"}
+               "envelope.py", "vision_cost.py", "vision_predict.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -195,3 +195,15 @@ def test_vision_cost(tmp_path: Path) -> None:
         assert Path(tower["mmproj"]).is_file()
         assert tower["median"]["n"] == 1 == len(tower["frames"])
         assert tower["median"]["encode_ms"] > 0 and tower["median"]["image_prefill_ms"] > 0
+
+
+def test_vision_predict(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "vision_predict.py", "--smoke")
+    for check in doc["host_check"].values():
+        assert check["image_tokens_predicted"] == check["image_tokens_measured"]
+        assert check["encode_ratio"] > 0 and check["image_prefill_ratio"] > 0
+    (device, towers), = doc["targets"].items()
+    assert device == "orin-nano-8gb" and set(towers) == {"clip-l14-336", "siglip-b16-512"}
+    for p in towers.values():
+        assert p["encode_ms"] > 0 and p["image_prefill_ms"] > 0
+        assert p["vision_status"].startswith("vision uncalibrated")

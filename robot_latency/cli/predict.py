@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.cli.common import UsageError, echo, emit_json, nonneg_int
+from robot_latency.cli.predict_vision import (
+    add_vision_args,
+    echo_vision,
+    vision_answer,
+    vision_json,
+    wants_vision,
+)
 from robot_latency.floor.calibration import ENGINE_FAMILIES, write_calibration
 from robot_latency.floor.devices import get_device
 from robot_latency.floor.modelinfo import facts_manual, resolve_model
@@ -23,6 +30,7 @@ from robot_latency.floor.published import (
 )
 from robot_latency.floor.published_checks import device_stability, validate_prefill
 from robot_latency.floor.published_support import leave_one_source_out_coverage
+from robot_latency.floor.published_vision import validate_vision
 from robot_latency.floor.runs import calibrate_runs
 from robot_latency.floor.target import (
     adjust_for_model,
@@ -45,6 +53,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     path, quant = _model_and_quant(args.model, args.quant)
     if getattr(args, "power_modes", None):
         return _predict_power_modes(args, path, quant)
+    want_vision = wants_vision(args)
     device = get_device(args.device)
     model = resolve_model(path, quant=quant)
     from_table = not args.calibration
@@ -61,6 +70,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             model_notes = (*model_notes, str(adj.note()))
     near = (nearest_rows(cal.engine_family, device.id, model.weight_bytes_per_step)
             if from_table else [])
+    vision = vision_answer(args, model, device, cal) if want_vision else None
     if args.json:
         out = pred.to_dict()
         out["interval_coverage"] = INTERVAL_COVERAGE if from_table else None
@@ -69,6 +79,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out["model_adjustment"] = None if adj is None else adj.to_dict()
         out["energy"] = _energy(args, pred)
         out["source_counts"] = _source_counts(cal, out["energy"]) if from_table else None
+        out["vision"] = vision_json(vision)
         emit_json(out)
         return 0
     lo, hi = pred.itl_pred_interval_ms
@@ -92,6 +103,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         echo(f"  TTFT predicted {pred.ttft_pred_ms:8.2f} ms{span_t}  ({pred.prompt_tokens} "
              f"prompt tokens; floor {pred.ttft_floor_ms:.2f} ms)")
     echo(f"  prefill        {pred.prefill_status}")
+    if vision is not None:
+        echo_vision(vision)
     _echo_energy(_energy(args, pred))
     echo(f"  calibration    {cal.source}, scope {cal.scope}: {', '.join(cal.basis)}")
     if cal.sources or cal.set_aside:
@@ -172,6 +185,7 @@ def _validate(args: argparse.Namespace) -> int:
     result["leave_one_source_out"] = leave_one_source_out_coverage(rows)
     result["device_stability"] = device_stability(rows=rows)
     result["prefill"] = validate_prefill()
+    result["vision"] = validate_vision()
     if args.json:
         emit_json(result)
         return 0
@@ -244,6 +258,14 @@ def _validate_sources(result: dict[str, Any]) -> None:
              f"{_pct(f['median_abs_error'])}, max {_pct(f['max_abs_error'])}, inside 80% "
              f"{cov}; leave-one-model-out {_pct(f['new_model_median_abs_error'])}, "
              f"leave-one-source-out {_pct(f['new_source_median_abs_error'])}")
+    vis = result["vision"]
+    if not vis["validated"]:
+        echo(f"\nvision: {vis['reason']}")
+        return
+    echo(f"\nvision: {vis['total_rows']} rows, each predicted from a fit without it")
+    for family, f in vis["by_family"].items():
+        echo(f"{family:>14}: {f['predicted']} predicted, median |error| "
+             f"{_pct(f['median_abs_error'])}, max {_pct(f['max_abs_error'])}")
 
 
 def _model_and_quant(model: str, quant: str | None) -> tuple[str, str | None]:
@@ -338,6 +360,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_power_mode_args(p)
     add_energy_args(p)
+    add_vision_args(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("calibrate", help="fit efficiency and overhead from run directories",

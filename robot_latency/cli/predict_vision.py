@@ -1,0 +1,125 @@
+"""The vision part of ``predict``: a camera frame's encode and image prefill on the target.
+
+``--mmproj FILE`` reads the tower from an mmproj GGUF's ``clip.*`` keys; ``--vision-tower SHAPE``
+takes one of the shapes the project writes (robot_latency.models.mmproj.SHAPES), projecting to
+the language model's width. ``--image-px`` sets the tower's input resolution, ``--frame-px`` the
+camera frame (idefics3 tiles it). The answer (robot_latency.floor.vision) is printed beside the
+text TTFT; without a published vision row of the engine family it says "vision uncalibrated".
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from robot_latency.cli.common import UsageError, echo, positive_int
+from robot_latency.floor.calibration import Calibration
+from robot_latency.floor.devices import DeviceSheet
+from robot_latency.floor.errors import FloorError
+from robot_latency.floor.modelfacts import ModelFacts
+from robot_latency.floor.vision import VisionPrediction, predict_vision
+from robot_latency.floor.vision_tower import DEFAULT_FRAME_PX, VisionTower, tower_from_mmproj
+
+__all__ = ["add_vision_args", "echo_vision", "vision_answer", "vision_json", "wants_vision"]
+
+
+def frame_px(text: str | tuple[int, int]) -> tuple[int, int]:
+    """``--frame-px WIDTHxHEIGHT``, both > 0; a UsageError naming the flag otherwise."""
+    if isinstance(text, tuple):
+        return text
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--frame-px {text!r}: give WIDTHxHEIGHT, e.g. 640x480") from None
+    if w <= 0 or h <= 0:
+        raise UsageError(f"--frame-px {text!r}: both sides must be > 0")
+    return w, h
+
+
+def add_vision_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--mmproj``, ``--vision-tower``, ``--image-px`` and ``--frame-px`` to ``predict``."""
+    from robot_latency.models.mmproj import SHAPES
+
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="an mmproj GGUF: also predict a frame's image encode and image prefill")
+    g.add_argument("--vision-tower", default=None, metavar="SHAPE",
+                   help=f"a tower shape instead of a file ({', '.join(SHAPES)})")
+    p.add_argument("--image-px", type=positive_int, default=None,
+                   help="the tower's input resolution (default: the tower's own)")
+    p.add_argument("--frame-px", default=DEFAULT_FRAME_PX,
+                   help="the camera frame WIDTHxHEIGHT (default 640x480)")
+
+
+def wants_vision(args: argparse.Namespace) -> bool:
+    """True where ``--mmproj`` or ``--vision-tower`` was given; ``--image-px`` alone is an
+    error naming the flag."""
+    want = bool(getattr(args, "mmproj", None) or getattr(args, "vision_tower", None))
+    if not want and getattr(args, "image_px", None) is not None:
+        raise UsageError("--image-px: give --mmproj FILE or --vision-tower SHAPE with it")
+    if want:
+        args.frame_px = frame_px(args.frame_px)
+    return want
+
+
+def _tower(args: argparse.Namespace, model: ModelFacts) -> VisionTower:
+    from robot_latency.models.mmproj import MmprojError, at_resolution, tower_shape
+
+    if args.mmproj:
+        tower = tower_from_mmproj(args.mmproj)
+        if args.image_px is not None:
+            tower = _at(tower, args.image_px)
+        return tower
+    try:
+        shape = tower_shape(args.vision_tower)
+    except MmprojError as err:
+        raise UsageError(f"--vision-tower: {err}") from None
+    if args.image_px is not None:
+        try:
+            shape = at_resolution(shape, args.image_px)
+        except MmprojError as err:
+            raise UsageError(f"--image-px {args.image_px}: {err}") from None
+    if not model.hidden:
+        raise UsageError(f"--vision-tower {args.vision_tower}: the model's embedding width is "
+                         "not known; give --mmproj FILE")
+    return VisionTower(name=shape.name, projector=shape.projector,
+                       image_size_px=shape.image_size_px, patch_px=shape.patch_px,
+                       width=shape.width, ffn=shape.ffn, layers=shape.layers,
+                       projection_dim=int(model.hidden), scale_factor=shape.scale_factor,
+                       class_token=shape.class_token)
+
+
+def _at(tower: VisionTower, px: int) -> VisionTower:
+    try:
+        return VisionTower(**{**tower.to_dict(), "image_size_px": int(px)})
+    except FloorError as err:
+        raise UsageError(f"--image-px {px}: {err}") from None
+
+
+def vision_answer(args: argparse.Namespace, model: ModelFacts, device: DeviceSheet,
+                  cal: Calibration) -> VisionPrediction:
+    """The frame's predicted image cost on ``device`` (``wants_vision`` must be True)."""
+    return predict_vision(_tower(args, model), model, device, cal, frame_px=args.frame_px,
+                          prompt_tokens=args.prompt_tokens)
+
+
+def echo_vision(v: VisionPrediction) -> None:
+    """Print the frame's image cost beside the text TTFT."""
+    w, h = v.frame_px
+    echo(f"  image          {v.tower} ({v.projector}, {v.image_size_px} px), frame {w}x{h}: "
+         f"{v.image_chunks} chunk{'s' if v.image_chunks != 1 else ''}, {v.image_tokens} "
+         "image tokens")
+    echo(f"  image encode   {v.encode_ms:8.2f} ms  ({v.encode_gflop:.1f} GFLOP at "
+         f"{v.compute_rate_gflops:.0f} GFLOP/s, the prefill's calibrated compute rate"
+         f"{'' if v.vision_factor == 1.0 else f' x {v.vision_factor:.2f}'})")
+    echo(f"  image prefill  {v.image_prefill_ms:8.2f} ms  ({v.image_tokens} image tokens "
+         "through the calibrated prefill)")
+    if v.text_ttft_ms is not None and v.ttft_with_image_ms is not None:
+        echo(f"  text TTFT      {v.text_ttft_ms:8.2f} ms  ({v.prompt_tokens} prompt tokens); "
+             f"with the frame {v.ttft_with_image_ms:.2f} ms")
+    echo(f"  vision         {v.vision_status}")
+
+
+def vision_json(v: VisionPrediction | None) -> dict[str, Any] | None:
+    """The ``vision`` entry of ``predict --json``."""
+    return None if v is None else v.to_dict()

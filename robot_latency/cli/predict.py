@@ -50,6 +50,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _validate(args)
     if args.stream is not None:
         return _predict_stream(args)
+    for flag, value in (("--image-policy", args.image_policy),
+                        ("--max-frame-age-ms", args.max_frame_age_ms)):
+        if value is not None:
+            raise UsageError(f"{flag}: only with --stream FILE (the loop simulated on the "
+                             "target)")
     path, quant = _model_and_quant(args.model, args.quant)
     if getattr(args, "power_modes", None):
         return _predict_power_modes(args, path, quant)

@@ -2,7 +2,8 @@
 
 Per level (``--quants``): the untimed pass of the stream under the model and the planner profile
 (run once, then cached by content hash), the loop simulated on the target
-(:mod:`robot_latency.planner.target_sim`), and the deadline curve as a table and a plot.
+(:mod:`robot_latency.planner.target_sim`), and the deadline curve as a table and a plot. With a
+vision tower each cycle also pays the camera frame (:mod:`robot_latency.planner.target_image`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from robot_latency.cli.common import (
     split_list,
 )
 from robot_latency.planner.config import MODES, ON_NEW_COMMAND, RunSettings
+from robot_latency.planner.target_image import IMAGE_POLICIES
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,8 @@ def checked_stream(args: argparse.Namespace) -> tuple[Any, list[str | None]]:
 
 def cmd_predict_stream(args: argparse.Namespace) -> int:
     """Print the simulated answer per level, the deadline curve, and draw it (``--plot``)."""
+    from robot_latency.cli.predict_vision import image_setting
+    from robot_latency.floor.errors import FloorError
     from robot_latency.planner.capacity import CapacityError
     from robot_latency.report.target_answer import (
         answer_lines,
@@ -138,14 +142,17 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
         plot_deadline_curve,
     )
 
+    image = image_setting(args)
     stream, quants = checked_stream(args)
     levels = [(label, inputs, None) for label, inputs in stream_levels(args, quants, stream)]
     try:
         answers = answers_from_inputs(levels, draws=args.draws, miss_target=args.miss_target,
                                       transport_margin_ms=args.target_transport_margin_ms,
-                                      find_rate=args.find_rate)
+                                      find_rate=args.find_rate, image=image)
     except CapacityError as err:
         raise UsageError(f"--find-rate: --stream {args.stream}: {err}") from err
+    except FloorError as err:
+        raise UsageError(f"--vision-tower: {err}") from err
     plot = plot_deadline_curve(answers, args.plot) if args.plot else None
     if args.json:
         emit_json({"stream": str(args.stream), "plot": str(plot) if plot else None,
@@ -232,3 +239,10 @@ def add_stream_args(p: argparse.ArgumentParser, *, envelope: bool = False) -> No
                         "which the predicted receiver miss rate stays at or under "
                         "--miss-target, and the first rate that failed")
     g.add_argument("--plot", type=Path, default=None, help="write the deadline curve PNG here")
+    g.add_argument("--image-policy", default=None, metavar="|".join(IMAGE_POLICIES),
+                   help="with a tower (--vision-tower / --mmproj): every (each command's frame "
+                        "encoded, default) or reuse (the image tokens reused while the frame is "
+                        "unchanged; a stream without frames is one static frame)")
+    g.add_argument("--max-frame-age-ms", type=float, default=None,
+                   help="with a tower: a plan from a frame older than this at the receiver "
+                        "counts as stale")

@@ -19,8 +19,10 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelfacts import ModelFacts
 from robot_latency.floor.vision import VisionPrediction, predict_vision
 from robot_latency.floor.vision_tower import DEFAULT_FRAME_PX, VisionTower, tower_from_mmproj
+from robot_latency.planner.target_image import IMAGE_POLICIES, ImageSetting
 
-__all__ = ["add_vision_args", "echo_vision", "vision_answer", "vision_json", "wants_vision"]
+__all__ = ["add_vision_args", "echo_vision", "image_setting", "vision_answer", "vision_json",
+           "wants_vision"]
 
 
 def frame_px(text: str | tuple[int, int]) -> tuple[int, int]:
@@ -63,13 +65,23 @@ def wants_vision(args: argparse.Namespace) -> bool:
 
 
 def _tower(args: argparse.Namespace, model: ModelFacts) -> VisionTower:
+    if args.mmproj:
+        return _file_tower(args)
+    if not model.hidden:
+        raise UsageError(f"--vision-tower {args.vision_tower}: the model's embedding width is "
+                         "not known; give --mmproj FILE")
+    return _shape_tower(args, int(model.hidden))
+
+
+def _file_tower(args: argparse.Namespace) -> VisionTower:
+    tower = tower_from_mmproj(args.mmproj)
+    return tower if args.image_px is None else _at(tower, args.image_px)
+
+
+def _shape_tower(args: argparse.Namespace, projection_dim: int) -> VisionTower:
+    """``--vision-tower SHAPE`` at ``--image-px``, projecting to ``projection_dim``."""
     from robot_latency.models.mmproj import MmprojError, at_resolution, tower_shape
 
-    if args.mmproj:
-        tower = tower_from_mmproj(args.mmproj)
-        if args.image_px is not None:
-            tower = _at(tower, args.image_px)
-        return tower
     try:
         shape = tower_shape(args.vision_tower)
     except MmprojError as err:
@@ -79,14 +91,33 @@ def _tower(args: argparse.Namespace, model: ModelFacts) -> VisionTower:
             shape = at_resolution(shape, args.image_px)
         except MmprojError as err:
             raise UsageError(f"--image-px {args.image_px}: {err}") from None
-    if not model.hidden:
-        raise UsageError(f"--vision-tower {args.vision_tower}: the model's embedding width is "
-                         "not known; give --mmproj FILE")
     return VisionTower(name=shape.name, projector=shape.projector,
                        image_size_px=shape.image_size_px, patch_px=shape.patch_px,
                        width=shape.width, ffn=shape.ffn, layers=shape.layers,
-                       projection_dim=int(model.hidden), scale_factor=shape.scale_factor,
+                       projection_dim=projection_dim, scale_factor=shape.scale_factor,
                        class_token=shape.class_token)
+
+
+def image_setting(args: argparse.Namespace) -> ImageSetting | None:
+    """``predict --stream``'s camera frame: the tower (a shape projects to each level's model
+    width), ``--image-policy`` and ``--max-frame-age-ms``; None without a tower. Either flag
+    without a tower is an error naming it."""
+    if not wants_vision(args):
+        for flag, value in (("--image-policy", args.image_policy),
+                            ("--max-frame-age-ms", args.max_frame_age_ms)):
+            if value is not None:
+                raise UsageError(f"{flag}: give --mmproj FILE or --vision-tower SHAPE with it")
+        return None
+    if args.image_policy is not None and args.image_policy not in IMAGE_POLICIES:
+        raise UsageError(f"--image-policy {args.image_policy!r}: one of "
+                         f"{', '.join(IMAGE_POLICIES)}")
+    if args.max_frame_age_ms is not None and not args.max_frame_age_ms > 0:
+        raise UsageError(f"--max-frame-age-ms: must be > 0, got {args.max_frame_age_ms!r}")
+    shape = not args.mmproj
+    tower = _shape_tower(args, 1) if shape else _file_tower(args)
+    return ImageSetting(tower=tower, policy=args.image_policy or "every",
+                        frame_px=args.frame_px, project_to_model=shape,
+                        max_frame_age_ms=args.max_frame_age_ms)
 
 
 def _at(tower: VisionTower, px: int) -> VisionTower:

@@ -5,7 +5,8 @@ rules, fed by the stream's arrival times and the untimed pass
 (:mod:`robot_latency.planner.untimed`):
 
 - each command's service time on the target = predicted TTFT of its uncached prompt tokens
-  + (tokens of its complete plan - 1) x predicted ITL (:mod:`robot_latency.floor.steps`);
+  + (tokens of its complete plan - 1) x predicted ITL (:mod:`robot_latency.floor.steps`), and
+  with a camera frame its encode and image tokens (:mod:`robot_latency.planner.target_image`);
 - event mode: a command starts when it arrives and the loop is free (``queue``), or aborts the
   command in progress (``preempt``: the older one is superseded, a miss); a command whose
   deadline passed before the loop was free is skipped (a miss);
@@ -115,10 +116,13 @@ class SimCommand:
     tokens_out: int = 0
     plan_valid: bool = False
     ttft_floor_ms: float = 0.0
+    #: the camera frame's vision encode before the prefill (0: no frame encoded this cycle;
+    #: :mod:`robot_latency.planner.target_image`); its image tokens are in ``ttft_ms``
+    encode_ms: float = 0.0
 
     @property
     def service_ms(self) -> float:
-        return self.ttft_ms + max(0, self.tokens_out - 1) * self.itl_ms
+        return self.encode_ms + self.ttft_ms + max(0, self.tokens_out - 1) * self.itl_ms
 
 
 @dataclass(frozen=True)
@@ -275,10 +279,12 @@ def _service(cmds: Sequence[SimCommand], steps: StepPredictor, z_prefill: np.nda
     floor = np.array([x.itl_floor_ms for x in cmds])
     steps_n = np.array([max(0, x.tokens_out - 1) for x in cmds])
     ttft_floor = np.array([x.ttft_floor_ms for x in cmds])
+    encode = np.array([x.encode_ms for x in cmds])
     probe = steps.predict(1)
     fp = _factors(probe.ttft_interval_rel, z_prefill)[:, None]
     fd = _factors(probe.itl_interval_rel, z_decode)[:, None]
-    return (np.maximum(ttft[None, :] * fp, ttft_floor[None, :])
+    # the encode runs at the prefill's calibrated compute rate: it takes the prefill's draw
+    return (np.maximum(ttft[None, :] * fp, ttft_floor[None, :]) + encode[None, :] * fp
             + steps_n[None, :] * np.maximum(itl[None, :] * fd, floor[None, :]))
 
 
@@ -375,8 +381,9 @@ def token_budget(steps: StepPredictor, rules: RunSettings, uncached_prompt_token
 def pass_facts(untimed: UntimedPass, steps: StepPredictor, rules: RunSettings) -> dict[str, Any]:
     """What the untimed pass found, for the answer's first line and its token budget: commands
     asked, those with no valid plan, those cut at ``max_tokens``; tokens per plan (of the
-    complete outputs) and uncached prompt tokens at p50 and p95; and the output tokens that fit
-    in the deadline on the target after a p50 and a p95 prompt."""
+    complete outputs) and uncached prompt tokens (and their prompts' whole length) at p50 and
+    p95; and the output tokens that fit in the deadline on the target after a p50 and a p95
+    prompt."""
     asked = [c for c in untimed.commands if c.asked]
     cut = [c for c in asked if c.stop_reason == "max_tokens"]
     plans = [c.tokens_out for c in asked if c.stop_reason != "max_tokens" and c.tokens_out]
@@ -390,6 +397,7 @@ def pass_facts(untimed: UntimedPass, steps: StepPredictor, rules: RunSettings) -
         context = [c.prompt_tokens for c in asked]
         prompts = [(_p(uncached, q), _p(context, q)) for q in (50, 95)]
         out["prompt_tokens"] = [u for u, _ in prompts]
+        out["context_tokens"] = [n for _, n in prompts]
         out["budget_tokens"] = [token_budget(steps, rules, u, context_tokens=n)
                                 for u, n in prompts]
     return out

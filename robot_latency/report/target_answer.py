@@ -18,6 +18,13 @@ from typing import Any
 from robot_latency.floor.steps import StepPredictor
 from robot_latency.planner.capacity import find_rate as search_rate
 from robot_latency.planner.config import RunSettings
+from robot_latency.planner.target_image import (
+    ImageLevel,
+    ImageSetting,
+    frame_age,
+    image_budget,
+    image_commands,
+)
 from robot_latency.planner.target_inputs import TargetInputs
 from robot_latency.planner.target_sim import (
     DEFAULT_DRAWS,
@@ -42,7 +49,8 @@ CURVE_PLOT = "target_deadline_curve.png"
 @dataclass(frozen=True)
 class PreparedLevel:
     """One level made ready to simulate: its inputs, the loop's rules on the target (and where
-    the transport margin comes from), its step predictor and its commands."""
+    the transport margin comes from), its step predictor and its commands (with the camera
+    frame where ``image`` is set)."""
 
     label: str
     inputs: TargetInputs
@@ -50,26 +58,36 @@ class PreparedLevel:
     margin_source: str
     steps: StepPredictor
     cmds: list[SimCommand]
+    image: ImageLevel | None = None
 
 
 def prepare_levels(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
-                   transport_margin_ms: float | None = None) -> list[PreparedLevel]:
+                   transport_margin_ms: float | None = None,
+                   image: ImageSetting | None = None) -> list[PreparedLevel]:
     """Predict each level's commands on its target and set the target's loop rules (the first
-    half of :func:`answers_from_inputs`; ``envelope`` also reads the commands for the energy)."""
+    half of :func:`answers_from_inputs`; ``envelope`` also reads the commands for the energy).
+    ``image``: each cycle plans with a camera frame (:mod:`robot_latency.planner.target_image`)."""
     out = []
     for label, inputs, rules in levels:
         steps = inputs.predictor()
-        cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
+        level = None
+        if image is None:
+            cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
+        else:
+            level = image_commands(inputs.stream, inputs.untimed, steps, image,
+                                   speed=inputs.speed)
+            cmds = level.cmds
         target, source = target_rules(rules or inputs.settings,
                                       transport_margin_ms=transport_margin_ms)
-        out.append(PreparedLevel(label, inputs, target, source, steps, cmds))
+        out.append(PreparedLevel(label, inputs, target, source, steps, cmds, level))
     return out
 
 
 def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]], *,
                         draws: int = DEFAULT_DRAWS, miss_target: float = DEFAULT_MISS_TARGET,
                         transport_margin_ms: float | None = None,
-                        find_rate: bool = False) -> list[TargetAnswer]:
+                        find_rate: bool = False,
+                        image: ImageSetting | None = None) -> list[TargetAnswer]:
     """Simulate each level from its inputs, on one deadline grid for the curve: the one path
     ``predict --stream``, ``run``/``sweep --target-answer``, ``envelope`` and the report take.
 
@@ -82,11 +100,13 @@ def answers_from_inputs(levels: Sequence[tuple[str, TargetInputs, RunSettings | 
             margin this host measured.
         find_rate: also search each level's highest command rate held at ``miss_target``
             (:mod:`robot_latency.planner.capacity`; ``TargetAnswer.capacity``).
+        image: each cycle plans with a camera frame: its encode and image prefill are in the
+            TTFT (:mod:`robot_latency.planner.target_image`; ``facts["vision"]``).
 
     Raises:
         CapacityError: ``find_rate`` on a stream of fewer than two commands at different times.
     """
-    prepared = prepare_levels(levels, transport_margin_ms=transport_margin_ms)
+    prepared = prepare_levels(levels, transport_margin_ms=transport_margin_ms, image=image)
     return answers_for(prepared, draws=draws, miss_target=miss_target, find_rate=find_rate)
 
 
@@ -110,6 +130,11 @@ def answers_for(prepared: Sequence[PreparedLevel], *, draws: int = DEFAULT_DRAWS
                  "publish_margin_ms": rules.publish_margin_ms,
                  "transport_margin_ms": rules.transport_margin_ms,
                  "transport_margin_source": p.margin_source}
+        if p.image is not None:
+            facts["vision"] = {**p.image.facts(), **frame_age(p.image, a)}
+            if p.image.setting.policy == "every" and facts.get("prompt_tokens"):
+                prompts = list(zip(facts["prompt_tokens"], facts["context_tokens"], strict=True))
+                facts["budget_tokens"] = image_budget(p.image, p.steps, rules, prompts)
         capacity = None
         if find_rate:
             capacity = search_rate(p.cmds, p.steps, rules, miss_target=miss_target,
@@ -158,6 +183,46 @@ def budget_lines(answers: Sequence[TargetAnswer]) -> list[str]:
                    f"{b50} output tokens fit after a p50 prompt ({u50} uncached tokens), {b95} "
                    f"after a p95 prompt ({u95}); {own}.")
     return out
+
+
+def vision_lines(answers: Sequence[TargetAnswer]) -> list[str]:
+    """Where the cycles plan with a camera frame: the image's share of TTFT on the target per
+    level, the vision status, then per level the frame's cost, the policy and the frame's age
+    at the receiver (Markdown lines; none without a frame)."""
+    seen = [(a, a.facts["vision"]) for a in answers if a.facts.get("vision")]
+    if not seen:
+        return []
+    lines = ["Image share of TTFT on the target (point prediction): " + "; ".join(
+        f"{a.label} {_pct(v['image_share_of_ttft'])}" for a, v in seen) + "."]
+    for status in sorted({v["vision_status"] for _, v in seen}):
+        lines.append(status + (" (read it as optimistic: docs/VISION.md); the encode takes "
+                               "the prefill's error draw, its own is not drawn"
+                               if status.startswith("vision uncalibrated") else "") + ".")
+    if any(v["static_frame"] for _, v in seen):
+        policy = {v["policy"] for _, v in seen}
+        lines.append("The stream has no camera frames: one static scene is assumed, its frame "
+                     "taken at each command's send" + (
+                         "; with --image-policy reuse only the first command encodes it and the "
+                         "rest reuse its image tokens" if "reuse" in policy else "") + ".")
+    lines.append("")
+    for a, v in seen:
+        w, h = v["frame_px"]
+        age = ("no model plan in time" if v["frame_age_p50_ms"] is None else
+               f"frame age at the receiver p50 {v['frame_age_p50_ms']:.1f} / p99 "
+               f"{v['frame_age_p99_ms']:.1f} ms over {v['plans']} model plans in time")
+        if v["stale"] is not None:
+            age += f", {v['stale']} stale (older than {v['max_frame_age_ms']:g} ms)"
+        lines.append(f"- {a.label}: {v['tower']} ({v['projector']}, {v['image_size_px']} px), a "
+                     f"{w}x{h} frame: {v['image_tokens']} image tokens, encode "
+                     f"{v['encode_ms']:.1f} ms + image prefill {v['image_prefill_ms']:.1f} ms "
+                     f"a frame; policy {v['policy']}: {v['frames_paid']} of "
+                     f"{v['commands_asked']} commands encode a frame; {age}.")
+    lines += ["", "Frame age: the frame's age at the command's arrival plus the plan's e2e "
+              "(publish and transport not added)." + (
+                  " The token budget counts a new frame's encode and image tokens beside the "
+                  "uncached text tokens it names."
+                  if any(v["policy"] == "every" for _, v in seen) else "")]
+    return lines
 
 
 def _pct(x: float) -> str:
@@ -271,10 +336,13 @@ def _pass_name(a: TargetAnswer) -> str:
 
 def answer_lines(answers: Sequence[TargetAnswer], *, curve: bool = True) -> list[str]:
     """The whole answer as Markdown lines: the warning of :func:`first_line` first where there
-    is one, what a pass without weights assumes, the table, the token budget, the margins, what
+    is one, the camera frame's share and status (:func:`vision_lines`), what a pass without
+    weights assumes, the table, the token budget, the margins, what
     it rests on, and the curve."""
     warn = first_line(answers)
     lines = [warn, ""] if warn else []
+    vision = vision_lines(answers)
+    lines += [*vision, ""] if vision else []
     assumed = sorted({a.facts["assumption"] for a in answers if a.facts.get("assumption")})
     lines += [f"The answer {text}." for text in assumed]
     per_plan = "; ".join(f"{a.label}: {a.facts['tokens_per_plan'][0]} / "

@@ -133,7 +133,6 @@ def checked_stream(args: argparse.Namespace) -> tuple[Any, list[str | None]]:
 def cmd_predict_stream(args: argparse.Namespace) -> int:
     """Print the simulated answer per level, the deadline curve, and draw it (``--plot``)."""
     from robot_latency.cli.predict_vision import image_setting
-    from robot_latency.floor.errors import FloorError
     from robot_latency.planner.capacity import CapacityError
     from robot_latency.report.target_answer import (
         answer_lines,
@@ -151,8 +150,6 @@ def cmd_predict_stream(args: argparse.Namespace) -> int:
                                       find_rate=args.find_rate, image=image)
     except CapacityError as err:
         raise UsageError(f"--find-rate: --stream {args.stream}: {err}") from err
-    except FloorError as err:
-        raise UsageError(f"--vision-tower: {err}") from err
     plot = plot_deadline_curve(answers, args.plot) if args.plot else None
     if args.json:
         emit_json({"stream": str(args.stream), "plot": str(plot) if plot else None,

@@ -53,7 +53,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
-               "envelope.py", "vision_cost.py", "vision_predict.py"}
+               "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -148,6 +148,19 @@ def test_soak(tmp_path: Path, what: str) -> None:
              "recovery": ["--cycles", "20", "--kill-at", "5"]}
     doc = _run(tmp_path, "soak.py", what, *small[what], "--log-dir", str(tmp_path / "log"))
     assert len(doc) > 1
+
+
+def test_node_soak(tmp_path: Path) -> None:
+    """planner_node as its own process, a client here: goals and tagged commands, half each."""
+    doc = _run(tmp_path, "node_soak.py", "--smoke")
+    ways = doc["edge"]["by_way"]
+    assert doc["commands_sent"] == doc["client"]["commands"] == 20
+    assert ways["action"]["commands"] == ways["topic"]["commands"] == 10
+    assert doc["client"]["unanswered"] == 0 and doc["goals"]["pending_at_end"] == 0
+    assert doc["node_stop"]["exit_code"] == 0 and doc["node_stop"]["left_running"] == []
+    for key in ("start", "end"):
+        assert doc["process"][key]["rss_mb"] > 0 and doc["process"][key]["node_fds"] > 0
+    assert len(doc["process"]["samples"]) >= 2
 
 
 def test_predict_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

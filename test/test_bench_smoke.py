@@ -53,7 +53,8 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_stream_time.py",  # test/test_bench_target_sim.py
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
-               "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py"}
+               "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
+               "cold_start.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -220,3 +221,20 @@ def test_vision_predict(tmp_path: Path) -> None:
     for p in towers.values():
         assert p["encode_ms"] > 0 and p["image_prefill_ms"] > 0
         assert p["vision_status"].startswith("vision uncalibrated")
+
+
+def test_cold_start(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "cold_start.py", "--smoke")
+    assert doc["repeats"] == 1 and set(doc["by_node"]) == {"planner_node",
+                                                            "managed_planner_node"}
+    for trial in doc["trials"]:
+        assert trial["exit_status"] == 0
+        first = trial["first_goal"]
+        assert first["accepted"] and not first["timed_out"] and first["latency_ms"] > 0
+        assert trial["later_goals"]["n"] == 1
+        assert trial["process_start_to_ready_ms"] > 0
+        # the node's own record: its first plan in time is the first goal's (when on time)
+        node = trial["node"]
+        assert node["events_ns"]["ready"] <= node["events_ns"]["first_plan"]
+        if first["node_deadline_met"] and first["source"] == "model":
+            assert node["first_plan_in_time"]["cycle"] == 0

@@ -77,6 +77,7 @@ class PlannerRun:
                  sleep_until: Callable[[int], None] | None = None,
                  on_record: Callable[[CycleRecord], None] | None = None,
                  runner: Runner | None = None, labels: LabelSet | None = None) -> None:
+        opening_ns = DEFAULT_CLOCK()
         self.config = config
         self.on_record = on_record
         self.labels = labels  # the commands' labels: each record's plan is judged against them
@@ -85,9 +86,16 @@ class PlannerRun:
         self._check_log_dir()
         self.planning = config.planning
         self.floor = self._make_floor()
+        floor_ns = DEFAULT_CLOCK()
         # A runner handed in (a managed node's, loaded at configure) outlives this run.
         self.owns_runner = runner is None
         self.runner = make_runner(config, clock) if runner is None else runner
+        #: the opening's steps (ns, on DEFAULT_CLOCK, whatever clock the loop has): a planner
+        #: node's cold-start record shows them (the target prediction's calibration, the model)
+        self.open_events_ns = {"run_open_started": opening_ns, "prediction_ready": floor_ns}
+        if self.owns_runner:
+            self.open_events_ns.update(model_load_started=floor_ns,
+                                       model_loaded=DEFAULT_CLOCK())
         self.sink = JsonlSink(self.log_dir / "cycles.jsonl", fsync=config.settings.fsync)
         self.loop_thread: dict[str, Any] = loop_thread_state()
         self._thread_before: ThreadSettings | None = None
@@ -107,7 +115,11 @@ class PlannerRun:
         self.closed = False
         #: what the warm-up generation took (:meth:`run_warm_up`); None: none ran
         self.warm_up: dict[str, Any] | None = None
+        #: a planner node's start-up, process start to its first plan in time (written by the
+        #: node: robot_latency.ros.cold_start); None: not a node's first run
+        self.cold_start: dict[str, Any] | None = None
         self._write_manifest(status="running")
+        self.open_events_ns["run_opened"] = DEFAULT_CLOCK()
         self.mcap.log_line(f"run {self.loop.run_id} started: engine {config.engine}, "
                            f"log directory {self.log_dir}")
 
@@ -292,6 +304,7 @@ class PlannerRun:
             "host": host_facts(),
             "started_unix": self.started_wall,
             "warm_up": self.warm_up,
+            "cold_start": self.cold_start,
             **cfg.settings.extra,
         }
 
@@ -330,6 +343,7 @@ class PlannerRun:
         summary["transport_margin"] = self.loop.transport.summary()
         summary["publish_margin"] = self.loop.publish_margin.summary()
         summary["warm_up"] = self.warm_up
+        summary["cold_start"] = self.cold_start
         write_summary(summary, self.log_dir / "summary.json")
         manifest = self._write_manifest(status="finished")
         self.mcap.log_line(f"run {self.loop.run_id} finished: {summary['cycles']} cycles, "

@@ -41,12 +41,16 @@ class WarmUp:
         elapsed_ms: its request to its answer (a given-up one: until the engine was free).
         tokens_out: tokens it generated (0 when it had no trace).
         error: the engine's error, if any (the run goes on: each cycle handles its own).
+        started_ns, ended_ns: its request and its end (the engine free again) on the loop's
+            clock (the planner node's cold-start record places it among its start-up events).
     """
 
     status: str
     elapsed_ms: float
     tokens_out: int = 0
     error: str | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,10 +76,10 @@ def warm_up(loop: PlannerLoop, command: str = WARM_UP_COMMAND) -> WarmUp:
     if outcome.status in ("timeout", "preempted"):
         # the engine finishes the aborted request first; the first cycle must not wait for it
         loop.runner.collect_aborted(loop.clock() + deadline_ns)
-    trace = outcome.trace
-    result = WarmUp(status=outcome.status, elapsed_ms=(loop.clock() - start) / 1e6,
+    trace, end = outcome.trace, loop.clock()
+    result = WarmUp(status=outcome.status, elapsed_ms=(end - start) / 1e6,
                     tokens_out=len(trace.token_ns) if trace is not None else 0,
-                    error=outcome.error)
+                    error=outcome.error, started_ns=start, ended_ns=end)
     log.info("warm-up generation: %s, %d tokens, %.1f ms%s", result.status, result.tokens_out,
              result.elapsed_ms, f" ({result.error})" if result.error else "")
     return result

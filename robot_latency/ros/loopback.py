@@ -84,6 +84,8 @@ class TransportProbe:
         self._cycle_of = cycle_of or _json_cycle
         self.pings_sent = 0
         self.pings_received = 0
+        #: when the start-up pings ended (the margin measured), on :attr:`clock`; None: going on
+        self.pings_ended_ns: int | None = None
         self.plans_received = 0
         self.acks_received = 0
         #: publish times forgotten unmatched (more than _MAX_PENDING plans waiting): plans, acks
@@ -133,6 +135,7 @@ class TransportProbe:
         if self._timer is not None:
             self.node.destroy_timer(self._timer)
             self._timer = None
+            self.pings_ended_ns = self.clock()
             log.info("transport loopback: %d of %d pings back", self.pings_received,
                      self.pings_sent)
 

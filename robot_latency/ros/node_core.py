@@ -1,12 +1,10 @@
 """The planner node's core, shared by the plain and the managed (lifecycle) node.
 
-Everything a planner node is, once: the parameters (declared from
-:data:`~robot_latency.ros.params.PLANNER_PARAMS`, read once, a runtime update checked in the
-on-set callback), the topics (:mod:`robot_latency.ros.topics`: commands and robot state in,
-plans and cycle records out), the transport probe that measures the margin kept before the
-deadline, health on ``/diagnostics`` (an offboard engine's unanswered server is ERROR there
-until it answers), and the run (directory, loop thread, closing). The two node classes only
-map their own life to its steps:
+Everything a planner node is, once: its parameters (``params.PLANNER_PARAMS``, a runtime update
+checked in the on-set callback), its topics (:mod:`robot_latency.ros.topics`), the transport probe
+(the margin kept before the deadline), health on ``/diagnostics``, the start-up's record
+(:mod:`robot_latency.ros.cold_start`) and the run (directory, loop thread). The two node classes map
+their own life to its steps:
 
     step                  planner_node (plain)        managed_planner_node
     declare()             constructor                 constructor
@@ -17,7 +15,7 @@ map their own life to its steps:
     unconfigure()         (process exit)              on_cleanup, on_shutdown
 
 A failed step raises :class:`NodeStepError` (message, exit status); the node reports it (log,
-ERROR on ``/diagnostics``) in its own words. Only rclpy API that Humble has is used.
+ERROR on ``/diagnostics``). Only rclpy API that Humble has is used.
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from robot_latency.planner.runner_factory import RunError, close_runner, make_ru
 from robot_latency.records import CycleRecord
 from robot_latency.ros.camera import CameraInput, camera_input
 from robot_latency.ros.client_edge import ReceivedCommand, monotonic_clock_id
+from robot_latency.ros.cold_start import ColdStart
 from robot_latency.ros.command_input import command_subscriptions
 from robot_latency.ros.cycle_stats import ClockBridge, CycleOutputs
 from robot_latency.ros.declare import declare_table, unknown_overrides
@@ -115,7 +114,7 @@ class PlannerCore:
 
     def __init__(self, node: Node, *, create_publisher: Callable[..., Any] | None = None,
                  destroy_publisher: Callable[[Any], Any] | None = None) -> None:
-        self.node = node
+        self.node, self.cold = node, ColdStart()  # the start-up's events (ros/cold_start.py)
         self._create_pub = create_publisher or node.create_publisher
         self._destroy_pub = destroy_publisher or node.destroy_publisher
         self.declare_error: str | None = None
@@ -129,11 +128,9 @@ class PlannerCore:
         self.camera: CameraInput | None = None  # the camera_topic subscription (ros/camera.py)
         self._clock_id, self.runs = monotonic_clock_id(), 0
         self.summaries: list[dict[str, Any]] = []
-        #: the typed parameter values in effect (None until configured)
-        self.values: dict[str, Any] | None = None
+        self.values: dict[str, Any] | None = None  # typed, in effect (None: not configured)
         self.thresholds: DiagnosticThresholds | None = None
-        #: the newest robot state text received (kept while no run is open)
-        self.state_text: str | None = None
+        self.state_text: str | None = None  # the newest robot state (kept while no run)
         self.outputs: PlanOutputs | None = None
         self._cycle_out: CycleOutputs | None = None
         self._subs: list[Any] = []
@@ -216,7 +213,8 @@ class PlannerCore:
             raise NodeStepError(f"bad parameter: {err}", EXIT_BAD_PARAMETER) from err
         if load_engine:
             try:
-                self.runner = make_runner(settings.run)
+                with self.cold.model_load():
+                    self.runner = make_runner(settings.run)
             except RunError as err:
                 raise NodeStepError(str(err), EXIT_RUN_FAILED) from err
         for note in settings.notes:
@@ -247,6 +245,7 @@ class PlannerCore:
             transport = self.transport
             self.probe = TransportProbe(self.node, PLAN_TOPIC, lambda: transport,
                                         plan_type=Plan, cycle_of=lambda msg: msg.cycle)
+        self.cold.mark("configured")
         return settings
 
     def unconfigure(self) -> None:
@@ -339,8 +338,7 @@ class PlannerCore:
                 f"action {name(PLAN_ACTION)}")
 
     def _on_command(self, received: ReceivedCommand, state: str | None) -> None:
-        # Either input (robot_latency.ros.command_input), read. Empty, oversized or undecodable
-        # text is passed on as it is: the loop refuses it with a logged warning (a fallback).
+        # Either input (ros/command_input.py), read; bad text goes on: the loop refuses it.
         driver = self.driver
         if driver is None:  # a plan published now would go nowhere
             self.logger.warning("command received while not active: dropped")
@@ -375,6 +373,7 @@ class PlannerCore:
                                                 rec.published_ns is not None)
         if self._cycle_out is not None:
             self._cycle_out.publish(rec, self.driver.run.clock if self.driver else None)
+        self.cold.plan_recorded(rec, self.driver.run if self.driver else None)
 
     # --- diagnostics -------------------------------------------------------------------------
     def start_diagnostics(self) -> None:

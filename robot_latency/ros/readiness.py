@@ -116,7 +116,15 @@ def ready_line(core: Any) -> str:
     return "planner ready: " + ", ".join(parts)
 
 
+def _became_ready(core: Any) -> None:
+    core.logger.info(ready_line(core))
+    # the start-up's record (robot_latency.ros.cold_start): ready, the warm-up, the pings' end
+    if core.driver is not None:
+        core.cold.ready(core.driver.run, pings_ended_ns=None if core.probe is None
+                        else core.probe.pings_ended_ns)
+
+
 def core_readiness(core: Any) -> Readiness:
-    """The readiness signal of a planner node's core (its log line on the node's logger)."""
-    return Readiness(core.node, lambda: core_ready(core),
-                     lambda: core.logger.info(ready_line(core)))
+    """The readiness signal of a planner node's core (its log line on the node's logger; the
+    node's cold-start record notes it)."""
+    return Readiness(core.node, lambda: core_ready(core), lambda: _became_ready(core))

@@ -8,8 +8,10 @@ Before the warm start the action server was discovered while the model still loa
 first goal, stamped at its send, was answered by the fallback, already late; the first
 generation was also cold (its prefill about 850 ms against 2 ms later). Asserted on events:
 the first goal's plan is the model's, on time by the node's own account, and the node said it
-was ready only after its warm-up generation and its loopback pings. Then SIGTERM: the node
-exits 0 and nothing aborts on the way out (``terminate called ...`` on stderr).
+was ready only after its warm-up generation and its loopback pings. The node's record of its
+cold start (``cold_start.json``) holds every start-up event, in order, and the first goal's plan
+as its first plan in time. Then SIGTERM: the node exits 0 and nothing aborts on the way out
+(``terminate called ...`` on stderr).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from unique_identifier_msgs.msg import UUID
 
 from robot_latency.lifetime import popen
 from robot_latency.records import read_records
+from robot_latency.ros.cold_start import COLD_START_NAME, out_of_order
 from robot_latency.ros.readiness import ready_qos
 from robot_latency_interfaces.action import PlanCommand
 from robot_latency_interfaces.msg import Plan
@@ -53,6 +56,7 @@ Spinner = Any  # test/ros/conftest.py's Spinner
 class Planner:
     """The node's process and a behaviour tree's client of it."""
 
+    kind: str  # the executable
     proc: subprocess.Popen
     log_dir: Path
     node: Node
@@ -120,7 +124,7 @@ def planner(request: pytest.FixtureRequest, ros_context: Context,
                                  ready_qos())
         action = ActionClient(node, PlanCommand, "/planner/plan_command")
         try:
-            yield Planner(proc, log_dir, node, action, ready, spin)
+            yield Planner(request.param, proc, log_dir, node, action, ready, spin)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -156,6 +160,35 @@ def test_the_first_goal_after_ready_is_planned_by_the_model_by_its_deadline(
     assert rec.cycle == 0  # the warm-up is no cycle: nothing was published before this goal
 
 
+def test_the_cold_start_is_recorded_in_order(planner: Planner) -> None:
+    """The node's own record of its start-up (robot_latency.ros.cold_start): every phase there,
+    in the order the node passed them, and the first plan in time is the first goal's."""
+    _wait_ready(planner)
+    path = planner.log_dir / COLD_START_NAME
+    cold = planner.spin.wait_for(
+        lambda: (doc if path.exists() and (doc := json.loads(path.read_text()))
+                 ["first_plan_in_time"] is not None else None), 60, "the first plan in time")
+    events = cold["events_ns"]
+    assert set(events) >= {"process_start", "node_created", "model_load_started", "model_loaded",
+                           "configured", "run_open_started", "prediction_ready", "run_opened",
+                           "warm_up_started", "warm_up_ended", "margin_measured",
+                           "ready", "first_plan", "first_plan_in_time"}, events
+    assert out_of_order(events) == [], events
+    assert list(events.values()) == sorted(events.values())  # kept in time order
+    # the first goal came after ready, and its plan was the first plan, the model's, on time
+    assert events["ready"] < events["first_plan"] == events["first_plan_in_time"]
+    first = cold["first_plan_in_time"]
+    assert first == cold["first_plan"] and first["cycle"] == 0 and first["sent_stamped"]
+    assert first["source"] == "model" and first["deadline_met"]
+    assert first["deadline_ms"] == GOAL_DEADLINE_MS
+    phases = cold["phases_ms"]
+    assert all(v is not None and v >= 0 for v in phases.values()), phases
+    if planner.kind == "managed_planner_node":  # the model loads at configure, before the topics
+        assert events["model_loaded"] < events["configured"]
+    else:  # the plain node's run opens, and its model loads, after it is configured
+        assert events["configured"] < events["model_load_started"]
+
+
 def test_sigterm_stops_the_node_cleanly(planner: Planner) -> None:
     _wait_ready(planner)
     planner.proc.send_signal(signal.SIGTERM)
@@ -170,5 +203,13 @@ def test_sigterm_stops_the_node_cleanly(planner: Planner) -> None:
           for key in ("warm-up generation:", "transport loopback:", "planner ready:")}
     assert at["warm-up generation:"] < at["planner ready:"], stderr
     assert at["transport loopback:"] < at["planner ready:"], stderr
-    warm = json.loads((planner.log_dir / "summary.json").read_text())["warm_up"]
+    summary = json.loads((planner.log_dir / "summary.json").read_text())
+    warm = summary["warm_up"]
     assert warm["status"] == "ok" and warm["tokens_out"] > 0, warm
+    # the cold start's record is the run's, in its summary and manifest as in its own file
+    cold = json.loads((planner.log_dir / COLD_START_NAME).read_text())
+    manifest = json.loads((planner.log_dir / "manifest.json").read_text())
+    assert summary["cold_start"] == cold == manifest["cold_start"]
+    assert at["planner ready:"] < next(i for i, line in enumerate(lines)
+                                       if "cold start: ready" in line), stderr
+    assert "cold start: first plan in time" in stderr, stderr

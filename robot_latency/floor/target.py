@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.floor.calibration import Calibration, check_engine_family, read_calibration
+from robot_latency.floor.calstore import CachedCalibration, cached_table_calibration
 from robot_latency.floor.devices import DeviceSheet, get_device
 from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import ModelFacts, resolve_model
@@ -38,7 +39,6 @@ from robot_latency.floor.published import (
     published_file_bytes,
     scale_to_file,
 )
-from robot_latency.floor.published_support import table_calibration
 
 __all__ = [
     "PublishedPrediction",
@@ -47,6 +47,7 @@ __all__ = [
     "predict_target",
     "predict_with_interval",
     "resolve_calibration",
+    "resolve_calibration_noted",
     "with_published_size",
 ]
 
@@ -98,10 +99,23 @@ def resolve_calibration(engine_family: str, device: DeviceSheet, *,
         CalibrationError: an unknown family, a file of the wrong shape or for another device or
             family, or a family the table cannot calibrate.
     """
+    return resolve_calibration_noted(engine_family, device, calibration=calibration)[0]
+
+
+def resolve_calibration_noted(engine_family: str, device: DeviceSheet, *,
+                              calibration: str | Path | None = None
+                              ) -> tuple[Calibration, CachedCalibration | None]:
+    """:func:`resolve_calibration`, and how the table's answer was had (the calibration cache,
+    :mod:`robot_latency.floor.calstore`; None: a file was given).
+
+    Raises:
+        CalibrationError: as :func:`resolve_calibration`.
+    """
     family = check_engine_family(engine_family)
     if calibration is not None and str(calibration):
-        return read_calibration(calibration, engine_family=family, device_id=device.id)
-    return table_calibration(family, device.id)
+        return read_calibration(calibration, engine_family=family, device_id=device.id), None
+    got = cached_table_calibration(family, device)
+    return got.calibration, got
 
 
 def predict_target(model: ModelFacts, device: DeviceSheet, cal: Calibration, *,
@@ -259,7 +273,7 @@ def predict_with_interval(device: str | DeviceSheet, engine_family: str,
     notes: tuple[str, ...] = ()
     if isinstance(model, str):
         prof, notes = with_published_size(model, prof, device_id=dev.id)
-    cal = table_calibration(engine_family, dev.id)
+    cal = cached_table_calibration(check_engine_family(engine_family), dev).calibration
     pred = predict_target(prof, dev, cal, context_tokens=context_tokens)
     pred, adj = adjust_for_model(pred, cal, model if isinstance(model, str) else None)
     near = nearest_rows(cal.engine_family, dev.id, prof.weight_bytes_per_step,

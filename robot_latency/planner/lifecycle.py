@@ -31,7 +31,7 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelinfo import resolve_model
 from robot_latency.floor.run_predictor import FloorPredictor
 from robot_latency.floor.steps import step_predictor
-from robot_latency.floor.target import resolve_calibration
+from robot_latency.floor.target import resolve_calibration_noted
 from robot_latency.hostfacts import host_facts, host_steal_s, package_versions
 from robot_latency.planner.budget import (
     LOOP_PROCESS,
@@ -54,7 +54,7 @@ from robot_latency.stats import summarize, write_summary
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PlannerRun", "RunError"]
+__all__ = ["PlannerRun", "RunError", "prepare_target_calibration"]
 
 
 #: The interpreter's thread switch interval while the loop runs (Python's default: 5 ms). A loop
@@ -63,6 +63,26 @@ __all__ = ["PlannerRun", "RunError"]
 #: longer than the 2 ms publish margin. (It did not by itself end the late hybrid cycles on a
 #: one-core robot: docs/BENCHMARKS.md, "Onboard, offboard or both".)
 LOOP_SWITCH_INTERVAL_S = 0.0005
+
+
+def _engine_family(cfg: ResolvedRun) -> str:
+    return str(cfg.settings.engine_family or cfg.engine_options.get("engine_family")
+               or "llamacpp-cuda")
+
+
+def prepare_target_calibration(cfg: ResolvedRun) -> dict[str, Any] | None:
+    """Have the target calibration a run of ``cfg`` opens with ready in this process (from the
+    calibration cache, else computed and cached): a managed node does it at configure, so its
+    activation finds it in memory. Returns how it was had (None: no model, a calibration file,
+    or it cannot be had: the run says why as it opens)."""
+    if cfg.model is None:
+        return None
+    try:
+        _, cached = resolve_calibration_noted(_engine_family(cfg), get_device(cfg.target_device),
+                                              calibration=cfg.settings.calibration)
+    except FloorError:
+        return None
+    return None if cached is None else cached.to_dict()
 
 
 class PlannerRun:
@@ -85,6 +105,9 @@ class PlannerRun:
         self.log_dir = Path(config.log_dir)
         self._check_log_dir()
         self.planning = config.planning
+        #: how the target calibration was had (robot_latency.floor.calstore); None: not from
+        #: the published table
+        self.calibration_cache: dict[str, Any] | None = None
         self.floor = self._make_floor()
         floor_ns = DEFAULT_CLOCK()
         # A runner handed in (a managed node's, loaded at configure) outlives this run.
@@ -147,10 +170,11 @@ class PlannerRun:
             host = get_device(cfg.host_device)
         except FloorError as err:
             raise RunError(f"floor model: {err}") from err
-        family = (cfg.settings.engine_family or cfg.engine_options.get("engine_family")
-                  or "llamacpp-cuda")
+        family = _engine_family(cfg)
         try:
-            cal = resolve_calibration(family, target, calibration=cfg.settings.calibration)
+            cal, cached = resolve_calibration_noted(family, target,
+                                                    calibration=cfg.settings.calibration)
+            self.calibration_cache = None if cached is None else cached.to_dict()
         except FloorError as err:
             if cfg.settings.calibration or cfg.settings.engine_family:
                 raise RunError(f"target prediction: {err}") from err
@@ -305,6 +329,7 @@ class PlannerRun:
             "started_unix": self.started_wall,
             "warm_up": self.warm_up,
             "cold_start": self.cold_start,
+            "calibration_cache": self.calibration_cache,
             **cfg.settings.extra,
         }
 

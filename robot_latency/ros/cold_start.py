@@ -12,6 +12,8 @@ send and receive times among them):
     run_open_started     the run opens (robot_latency.planner.lifecycle.PlannerRun): its
     prediction_ready     directory, the target prediction (its calibration), the engine unless
     run_opened           one was handed in, the cycle log, the manifest
+    calibration_started  the managed node readies the target calibration at the end of its
+    calibration_ready    configure step (its run, opening at activate, finds it in memory)
     warm_up_started      the warm-up generation (robot_latency.planner.warmup), in the loop's
     warm_up_ended        thread, its CPU budget in effect
     margin_measured      the loopback pings back (the transport margin measured); absent when
@@ -19,6 +21,10 @@ send and receive times among them):
     ready                ``planner/ready`` true (robot_latency.ros.readiness)
     first_plan           the first plan published (its record's ``published_ns``)
     first_plan_in_time   the first plan the model made by its deadline
+
+The target calibration comes from the calibration cache where it holds one for the same inputs
+(robot_latency.floor.calstore): the record's ``calibration_cache`` says how this process had it
+(``outcome``: ``hit``, ``miss``, ``stale`` or ``corrupt``; ``written``: the entry was written).
 
 The plain node is configured before its run opens and its model loads there; the managed node loads
 its model in its configure step, so ``model_loaded`` comes before ``configured`` there.
@@ -52,8 +58,10 @@ AFTER: dict[str, tuple[str, ...]] = {
     "model_load_started": ("node_created",),
     "model_loaded": ("model_load_started",),
     "configured": ("node_created",),
-    "run_open_started": ("configured",),
+    "run_open_started": ("configured", "calibration_ready"),
     "prediction_ready": ("run_open_started",),
+    "calibration_started": ("model_loaded", "configured"),
+    "calibration_ready": ("calibration_started",),
     "run_opened": ("prediction_ready", "model_loaded"),
     "warm_up_started": ("model_loaded", "configured", "run_opened"),
     "warm_up_ended": ("warm_up_started",),
@@ -114,6 +122,16 @@ class ColdStart:
         self.first_plan_in_time: dict[str, Any] | None = None
         self.run: Any = None  # the PlannerRun the record belongs to (the node's first)
         self.finished = False  # the first plan in time is in
+        #: how the target calibration was had (robot_latency.floor.calstore's to_dict)
+        self.calibration_cache: dict[str, Any] | None = None
+
+    @contextmanager
+    def calibration(self) -> Iterator[None]:
+        """Stamp ``calibration_started`` and ``calibration_ready`` around the managed node's
+        target calibration at configure."""
+        self.mark("calibration_started")
+        yield
+        self.mark("calibration_ready")
 
     def mark(self, event: str) -> None:
         """Stamp ``event`` now, the first time only (a later configure or run keeps it)."""
@@ -144,16 +162,19 @@ class ColdStart:
                 self.events_ns[event] = warm[key]
         if pings_ended_ns is not None:
             self.events_ns["margin_measured"] = pings_ended_ns
+        self.calibration_cache = getattr(run, "calibration_cache", None) or self.calibration_cache
         self.mark("ready")
         self._write()
         phases = self.phases_ms()
         words = [f"{label} {phases[key]:.0f} ms" for key, label in (
             ("process_start_to_node_ms", "to the node"), ("model_load_ms", "model load"),
+            ("calibration_ms", "target calibration"),
             ("run_open_ms", "run open"), ("prediction_ms", "of it the target prediction"),
             ("warm_up_ms", "warm-up"), ("warm_up_ended_to_ready_ms", "then to ready"))
             if phases.get(key) is not None]
-        log.info("cold start: ready %s after the process started (%s)",
-                 _ms(phases.get("process_start_to_ready_ms")), ", ".join(words))
+        cache = (self.calibration_cache or {}).get("outcome", "none")
+        log.info("cold start: ready %s after the process started (%s; calibration cache: %s)",
+                 _ms(phases.get("process_start_to_ready_ms")), ", ".join(words), cache)
 
     def plan_recorded(self, rec: CycleRecord, run: Any) -> None:
         """A cycle of ``run`` was recorded: note the first plan and the first plan in time."""
@@ -182,6 +203,7 @@ class ColdStart:
         """The start-up's phases (ms), each between two events (None: one is missing)."""
         return {"process_start_to_node_ms": self._between("process_start", "node_created"),
                 "model_load_ms": self._between("model_load_started", "model_loaded"),
+                "calibration_ms": self._between("calibration_started", "calibration_ready"),
                 "prediction_ms": self._between("run_open_started", "prediction_ready"),
                 "run_open_ms": self._between("run_open_started", "run_opened"),
                 "warm_up_ms": self._between("warm_up_started", "warm_up_ended"),
@@ -201,7 +223,8 @@ class ColdStart:
                 "since_process_start_ms": None if start is None else
                 {k: (v - start) / 1e6 for k, v in events.items()},
                 "process_start_resolution_ms": clock_tick_ms(),
-                "phases_ms": self.phases_ms(), "first_plan": self.first_plan,
+                "phases_ms": self.phases_ms(), "calibration_cache": self.calibration_cache,
+                "first_plan": self.first_plan,
                 "first_plan_in_time": self.first_plan_in_time}
 
     def _write(self) -> None:

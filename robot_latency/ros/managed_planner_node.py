@@ -48,6 +48,7 @@ from typing import Any
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
+from robot_latency.planner.lifecycle import prepare_target_calibration
 from robot_latency.ros.main_util import ros_main, spin_until
 from robot_latency.ros.node_core import NODE_NAME, CoreNode, NodeStepError, PlannerCore
 
@@ -111,9 +112,12 @@ class ManagedPlannerNode(CoreNode, LifecycleNode):
             settings = self.core.configure(load_engine=True)
         except NodeStepError as err:
             return self._refuse(f"configure failed: {err}")
+        cfg = settings.run
+        # the target calibration now, not as the run opens at activate (it finds it in memory)
+        with self.core.cold.calibration():
+            self.core.cold.calibration_cache = prepare_target_calibration(cfg)
         self.last_error = None
         self.core.clear_error("lifecycle")
-        cfg = settings.run
         self.get_logger().info(f"configured: engine {cfg.engine} ({cfg.label}) loaded, "
                                f"deadline {cfg.settings.deadline_ms:g} ms; "
                                f"{self.core.topics_line()}")

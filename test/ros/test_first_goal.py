@@ -10,8 +10,9 @@ generation was also cold (its prefill about 850 ms against 2 ms later). Asserted
 the first goal's plan is the model's, on time by the node's own account, and the node said it
 was ready only after its warm-up generation and its loopback pings. The node's record of its
 cold start (``cold_start.json``) holds every start-up event, in order, and the first goal's plan
-as its first plan in time. Then SIGTERM: the node exits 0 and nothing aborts on the way out
-(``terminate called ...`` on stderr).
+as its first plan in time; its target calibration came from the calibration cache where an
+earlier start had written it (the managed node has it at configure). Then SIGTERM: the node
+exits 0 and nothing aborts on the way out (``terminate called ...`` on stderr).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class Planner:
     action: ActionClient
     ready: list[bool]
     spin: Spinner
+    #: the calibration cache held the target's calibration before the node started
+    had_calibration: bool
 
 
 def _send_first_goal(planner: Planner, text: str) -> dict[str, Any]:
@@ -104,7 +107,11 @@ def planner(request: pytest.FixtureRequest, ros_context: Context,
     """The node (plain, or managed and brought up as planner.launch.py's autostart does) on
     llama.cpp, started now; the client waits until it says it is ready."""
     log_dir = tmp_path_factory.mktemp("first-goal") / "run"
-    env = {**os.environ, "ROS_DOMAIN_ID": str(ros_context.get_domain_id()),
+    # one calibration cache for the module's nodes: the first start fills it, a later one reads it
+    cache = tmp_path_factory.getbasetemp() / "first-goal-cache"
+    had_calibration = any((cache / "calibration").glob("*.json"))
+    env = {**os.environ, "ROBOT_LATENCY_CACHE_DIR": str(cache),
+           "ROS_DOMAIN_ID": str(ros_context.get_domain_id()),
            "ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "PYTHONUNBUFFERED": "1"}
     proc = popen([str(BIN / request.param), "--ros-args", "-p", "engine:=llamacpp",
@@ -124,7 +131,8 @@ def planner(request: pytest.FixtureRequest, ros_context: Context,
                                  ready_qos())
         action = ActionClient(node, PlanCommand, "/planner/plan_command")
         try:
-            yield Planner(request.param, proc, log_dir, node, action, ready, spin)
+            yield Planner(request.param, proc, log_dir, node, action, ready, spin,
+                          had_calibration)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -182,11 +190,20 @@ def test_the_cold_start_is_recorded_in_order(planner: Planner) -> None:
     assert first["source"] == "model" and first["deadline_met"]
     assert first["deadline_ms"] == GOAL_DEADLINE_MS
     phases = cold["phases_ms"]
+    at_configure = phases.pop("calibration_ms")  # the managed node's only
     assert all(v is not None and v >= 0 for v in phases.values()), phases
+    # the target calibration came from the cache where a start before this one had written it
+    cache = cold["calibration_cache"]
+    assert cache["outcome"] == ("hit" if planner.had_calibration else "miss"), cache
+    assert cache["written"] == (not planner.had_calibration) and Path(cache["path"]).is_file()
     if planner.kind == "managed_planner_node":  # the model loads at configure, before the topics
         assert events["model_loaded"] < events["configured"]
+        # and the calibration at configure too: the run opening at activate has it in memory
+        assert events["configured"] < events["calibration_started"] < events["calibration_ready"]
+        assert events["calibration_ready"] < events["run_open_started"] and at_configure >= 0
     else:  # the plain node's run opens, and its model loads, after it is configured
         assert events["configured"] < events["model_load_started"]
+        assert "calibration_started" not in events and at_configure is None
 
 
 def test_sigterm_stops_the_node_cleanly(planner: Planner) -> None:

@@ -15,7 +15,9 @@ node's clock too):
                                     the plan's source
     later_goals                     the same figures (p50, max) for the goals after it
     node                            the node's own record (cold_start.json: its start-up
-                                    events and phases, robot_latency.ros.cold_start)
+                                    events and phases, robot_latency.ros.cold_start,
+                                    and how it had its target calibration: the calibration
+                                    cache's outcome, robot_latency.floor.calstore)
 
 Then SIGTERM, and the exit status. Every trial is a fresh process; the repeats are
 interleaved (both kinds in one repeat, the order alternating). Each figure's median, min and
@@ -217,6 +219,7 @@ FIGURES = {"process_start_to_ready_ms": ("process_start_to_ready_ms",),
            "node_model_load_ms": ("node", "phases_ms", "model_load_ms"),
            "node_run_open_ms": ("node", "phases_ms", "run_open_ms"),
            "node_prediction_ms": ("node", "phases_ms", "prediction_ms"),
+           "node_calibration_at_configure_ms": ("node", "phases_ms", "calibration_ms"),
            "node_warm_up_ms": ("node", "phases_ms", "warm_up_ms"),
            "node_process_start_to_ready_ms": ("node", "phases_ms", "process_start_to_ready_ms")}
 
@@ -239,6 +242,9 @@ def by_node(trials: list[dict[str, Any]]) -> dict[str, Any]:
                               "max": max(values), "n": len(values)} if values else None)
         figures["first_goal_in_deadline"] = sum(t["first_goal"]["in_deadline"] for t in mine)
         figures["first_goal_by_model"] = sum(t["first_goal"]["source"] == "model" for t in mine)
+        # how each trial's node had its target calibration (robot_latency.floor.calstore)
+        figures["calibration_cache"] = [_get(t, ("node", "calibration_cache", "outcome"))
+                                        for t in mine]
         figures["trials"] = len(mine)
         result[kind] = figures
     return result

@@ -9,7 +9,9 @@ manager (Nav2's, ``ros2 lifecycle set``) through the standard services
 ``<node>/change_state`` and ``<node>/get_state`` (lifecycle_msgs):
 
     unconfigured --configure--> inactive     parameters validated, the engine loaded (the model
-                                             in its worker process); on a bad parameter or an
+                                             in its worker process), the target calibration
+                                             readied (robot_latency.floor.calstore, for the
+                                             run's prediction); on a bad parameter or an
                                              engine that cannot load it stays unconfigured and
                                              logs the reason (also in :attr:`last_error`)
     inactive --activate--> active            a run starts: run directory, loop thread, plans

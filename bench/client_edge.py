@@ -24,6 +24,10 @@ the median over the repeats, with n.
         --repeats 3 --out docs/bench/on_new_command_bursty.json
     python bench/client_edge.py --nodes planner,planner-action --quants Q4_0 --repeats 3 \\
         --out docs/bench/action_vs_topic.json
+
+``--busy CORES`` keeps those cores busy for the whole bench, one spinning process pinned to
+each (started before the first run, ended at the last): the receiver against the planner under
+load. A busy figure, never a headline.
 """
 
 from __future__ import annotations
@@ -66,6 +70,24 @@ KEYS = ("via", "commands", "answered", "answered_late", "superseded", "unanswere
 #: Figures whose median over the repeats the result gives.
 MEDIANS = ("model_in_time_rate", "receiver_miss_rate", "late_or_never_rate",
            "planner_miss_rate", "reaction_p50_ms", "reaction_p99_ms", "worst_plan_gap_ms")
+#: A process that spins on the core it is given (--busy).
+BURNER = ("import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
+          "while True:\n    pass\n")
+
+
+def busy_cores(text: str) -> list[int]:
+    """The cores ``--busy`` names (comma-separated; empty: none); each must be one this process
+    may run on."""
+    cores = [int(c) for c in text.split(",") if c.strip()]
+    allowed = os.sched_getaffinity(0)
+    if any(c not in allowed for c in cores):
+        raise ValueError(f"--busy {text!r}: cores must be of {sorted(allowed)}")
+    return cores
+
+
+def start_burners(cores: list[int]) -> list[subprocess.Popen[bytes]]:
+    """One spinning process per core (they die with this process)."""
+    return [popen([sys.executable, "-c", BURNER, str(c)]) for c in cores]
 
 
 def run_naive(model: Path, *, stream: Path, out: Path, speed: float, deadline_ms: float,
@@ -164,6 +186,9 @@ def main() -> int:
                     help="the naive node's prefill threads; 0: every core (its best)")
     ap.add_argument("--tail-s", type=float, default=10.0,
                     help="how long the replayer waits for late plans after the last command")
+    ap.add_argument("--busy", default="",
+                    help="cores to keep busy for the whole bench, comma-separated (one "
+                         "spinning process each); none by default")
     ap.add_argument("--keep", default=None, help="keep the run directories here")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -171,6 +196,10 @@ def main() -> int:
     bad = [n for n in nodes if n not in NODES]
     if bad or not nodes or args.repeats < 1:
         ap.error(f"--nodes: {bad or nodes} not of {', '.join(NODES)}; --repeats >= 1")
+    try:
+        busy = busy_cores(args.busy)
+    except ValueError as err:
+        ap.error(str(err))
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="client_edge-"))
     work.mkdir(parents=True, exist_ok=True)
     stream = _stream(args, work)
@@ -181,6 +210,32 @@ def main() -> int:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         q: {n: [] for n in nodes} for q in models}
     t0 = time.perf_counter()
+    burners = start_burners(busy)
+    try:
+        _run_all(args, models, nodes, stream, work, runs, naive_threads, naive_batch)
+    finally:
+        for proc in burners:
+            proc.kill()
+            proc.wait()
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    levels = {q: {n: {"median": medians(rs), "runs": rs} for n, rs in by_node.items()}
+              for q, by_node in runs.items()}
+    return emit_result({"stream": str(args.stream), "max_commands": args.max_commands,
+                        "speed": args.speed, "deadline_ms": args.deadline_ms,
+                        "repeats": args.repeats, "nodes": nodes, "cpus": cores,
+                        "busy_cores": busy,
+                        "naive": {"n_threads": naive_threads, "n_threads_batch": naive_batch},
+                        "planner_budget": "default (loop not pinned, woken early; engine "
+                                          "niced on every core)",
+                        "seconds": round(time.perf_counter() - t0, 1), "levels": levels},
+                       args.out)
+
+
+def _run_all(args: argparse.Namespace, models: dict[str, Path], nodes: list[str], stream: Path,
+             work: Path, runs: dict[str, dict[str, list[dict[str, Any]]]], naive_threads: int,
+             naive_batch: int) -> None:
+    """Every repeat of every level and node, interleaved; each run's figures into ``runs``."""
     for rep in range(args.repeats):
         for level, model in models.items():
             order = nodes[rep % len(nodes):] + nodes[: rep % len(nodes)]  # interleaved
@@ -211,18 +266,6 @@ def main() -> int:
                 sys.stderr.write(f"[{rep + 1}/{args.repeats}] {level} {name}: model in time "
                                  f"{result['model_in_time']}/{result['commands']}, receiver "
                                  f"miss rate {result['receiver_miss_rate']}\n")
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    levels = {q: {n: {"median": medians(rs), "runs": rs} for n, rs in by_node.items()}
-              for q, by_node in runs.items()}
-    return emit_result({"stream": str(args.stream), "max_commands": args.max_commands,
-                        "speed": args.speed, "deadline_ms": args.deadline_ms,
-                        "repeats": args.repeats, "nodes": nodes, "cpus": cores,
-                        "naive": {"n_threads": naive_threads, "n_threads_batch": naive_batch},
-                        "planner_budget": "default (loop not pinned, woken early; engine "
-                                          "niced on every core)",
-                        "seconds": round(time.perf_counter() - t0, 1), "levels": levels},
-                       args.out)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,19 @@ def test_client_edge_planner_and_naive_nodes(tmp_path: Path) -> None:
     planner = level["planner"]["runs"][0]
     assert planner["planner_miss_rate"] is not None
     assert planner["transport_margin"]["transport_margin"] == "measured"
+    assert doc["busy_cores"] == []
+
+
+def test_client_edge_busy_keeps_a_core_busy_for_the_bench(tmp_path: Path) -> None:
+    core = max(os.sched_getaffinity(0))  # this process's own core: never one it may not use
+    doc = _run(tmp_path, "client_edge.py", "--model", "bundled", "--max-commands", "2",
+               "--repeats", "1", "--nodes", "planner", "--speed", "4", "--tail-s", "2",
+               "--busy", str(core))
+    assert doc["busy_cores"] == [core]
+    (run,) = doc["levels"]["bundled"]["planner"]["runs"]
+    assert run["commands"] == 2 and run["planner_miss_rate"] is not None
+    bad = _run(tmp_path, "client_edge.py", "--busy", "4096", ok=False)
+    assert bad.returncode == 2 and "--busy" in bad.stderr
 
 
 @pytest.mark.parametrize("what", ["overhead", "abort", "prefix", "specdec"])

@@ -18,7 +18,11 @@ from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.errors import SettingsError
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.fallback import FALLBACK_NAMES
-from robot_latency.planner.margin import MarginSettings, publish_margin_settings
+from robot_latency.planner.margin import (
+    TRANSPORT_START_MS,
+    MarginSettings,
+    publish_margin_settings,
+)
 
 MODES = ("periodic", "event")
 ON_NEW_COMMAND = ("queue", "preempt")
@@ -62,7 +66,8 @@ class RunSettings:
             (:mod:`robot_latency.planner.margin`); 0: none (the CLI's ``run``, no middleware).
         transport_margin_floor_ms: the measured transport margin never goes below this.
         transport_margin_cap_ms: nor above this, nor above a quarter of what the deadline leaves
-            after ``publish_margin_ms`` (the margin until enough samples arrived).
+            after ``publish_margin_ms``; until enough samples arrived the margin is this or
+            :data:`~robot_latency.planner.margin.TRANSPORT_START_MS`, the less.
         on_new_command: what a command arriving while the model works on an older one does:
             ``queue`` (it waits for the older cycle to end) or ``preempt`` (the older generation
             is aborted at once and its command recorded as superseded; the newer one is planned
@@ -116,7 +121,7 @@ class RunSettings:
     grammar: bool = True
     transport_margin_ms: float = 0.0
     transport_margin_floor_ms: float = 1.0
-    transport_margin_cap_ms: float = 50.0
+    transport_margin_cap_ms: float = 100.0
     on_new_command: str = "queue"
     log_dir: Path | None = None
     engine: str = DEFAULT_ENGINE
@@ -166,11 +171,11 @@ class RunSettings:
 
     def margin_settings(self) -> MarginSettings:
         """The transport margin's settings (see :mod:`robot_latency.planner.margin`)."""
+        cap_ms = min(self.transport_margin_cap_ms,
+                     (self.deadline_ms - max(0.0, self.publish_margin_ms)) / 4)
         return MarginSettings(fixed_ms=self.transport_margin_ms,
-                              floor_ms=self.transport_margin_floor_ms,
-                              cap_ms=min(self.transport_margin_cap_ms,
-                                         (self.deadline_ms - max(0.0, self.publish_margin_ms))
-                                         / 4))
+                              floor_ms=self.transport_margin_floor_ms, cap_ms=cap_ms,
+                              start_ms=min(TRANSPORT_START_MS, cap_ms))
 
     def loop_config(self) -> dict[str, Any]:
         """Return the loop's settings (the manifest's ``config``)."""

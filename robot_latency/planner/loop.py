@@ -13,8 +13,9 @@ deadline passed while an earlier cycle overran are recorded as skipped misses, n
 Where the deadline starts: at the tick (periodic mode) or the command's arrival (event mode),
 except for a command whose sender stamped its send on this clock (the client edge's tagged
 commands): the receiver counts its deadline from the send, so the first cycle that plans it
-does too, in both modes. In periodic mode the tick then only decides *when* it is planned: the
-wait for the tick is spent out of the command's budget and shows as the cycle's queue phase.
+does too, in both modes (sent after a tick whose cycle started late and took it: from the send,
+not the tick). In periodic mode the tick then only decides *when* it is planned: the wait for
+the tick is spent out of the command's budget and shows as the cycle's queue phase.
 A command whose budget is gone by the time it is planned (an old stamp, a long wait for the
 tick) keeps its lateness: it is answered at once by the fallback and recorded as missed.
 """
@@ -160,8 +161,7 @@ class PlannerLoop:
         """Run one cycle for ``command`` (None: nothing to plan) and return its record.
 
         ``scheduled_ns`` is the tick (periodic mode) or the command's start (event mode). The
-        first cycle for a command stamped with its send counts from that send instead, where
-        it is earlier (see the module docstring).
+        first cycle for a command stamped with its send counts from that send instead.
         """
         self.running = command
         try:
@@ -178,7 +178,7 @@ class PlannerLoop:
         # re-plan the same command (periodic mode) are not reactions to it.
         first_for_command = command is not None and command.command_id != self._last_command_id
         if first_for_command and command is not None and command.sent_ns is not None:
-            scheduled_ns = min(scheduled_ns, command.start_ns)
+            scheduled_ns = command.start_ns  # before the tick, or after it (a late cycle)
         budget_ns = command.budget_ns(cfg.deadline_ns) if command else cfg.deadline_ns
         deadline = scheduled_ns + budget_ns
         publish_margin = self.publish_margin.margin_ns()
@@ -255,14 +255,14 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
-        if self._waited_to_give_up:
-            # how late the loop itself published after waking at its give-up time (wake-up,
-            # fallback, publish call): the learned publish margin's sample; past its own
-            # margin it ate into the transport's. Not a cycle that started late (queueing).
-            if self.publish_margin.measured:
-                self.publish_margin.add(published - give_up)
-            if self.transport.measured:
-                self.transport.add_loop_excess(published - (give_up + publish_margin))
+        # How late the loop itself published after its give-up time (wake-up, parse or
+        # fallback, publish call): past the publish margin it ate into the transport's, in any
+        # cycle that started before it (a later start is queueing). Waking at it is the learned
+        # publish margin's sample.
+        if self._waited_to_give_up and self.publish_margin.measured:
+            self.publish_margin.add(published - give_up)
+        if started < give_up and self.transport.measured:
+            self.transport.add_loop_excess(published - (give_up + publish_margin))
         self._collect_partial(rec, tick_ns)
         if rec.plan_source == "model" or rec.fallback_policy == "rule":
             self._last_plan, self._last_plan_ns, self._last_plan_text = plan, published, text

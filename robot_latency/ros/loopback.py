@@ -5,7 +5,9 @@ executor), fed into the loop's :class:`~robot_latency.planner.margin.TransportMa
 
 - at start-up, a burst of loopback pings: the node publishes its send time on
   ``planner/latency_probe`` and receives it on its own subscription (:data:`PINGS` samples, one
-  every :data:`PING_PERIOD_S`, over the same middleware and QoS as the plans);
+  every :data:`PING_PERIOD_S`, over the same middleware and QoS as the plans); they count in
+  the estimate but do not by themselves make the transport known (the margin stays the cap
+  until the run's own plans were measured);
 - then every plan it publishes, received by its own subscription to the plan topic (the time of
   the publish call, kept per cycle, to the callback);
 - and, where the receiver acknowledges plans (it publishes the plan's ``cycle`` on
@@ -104,10 +106,14 @@ class TransportProbe:
         """Whether the start-up loopback pings are still going on."""
         return self._timer is not None
 
-    def plan_published(self, cycle: Any) -> None:
-        """Note the time just before the plan of ``cycle`` is published (the loop's thread)."""
+    def plan_published(self, cycle: Any, published_ns: Any = None) -> None:
+        """Note the time the plan of ``cycle`` is published (the loop's thread): the loop's
+        ``published_ns`` where it gives one on this clock (not after now), so a thread preempted
+        between the loop's stamp and this call is inside the samples; else now."""
         if isinstance(cycle, int):
             now = self.clock()
+            if isinstance(published_ns, int) and 0 < published_ns <= now:
+                now = published_ns
             with self._pending_lock:
                 for kind, pending in (("plans", self._sent), ("acks", self._sent_for_ack)):
                     if len(pending) >= _MAX_PENDING:
@@ -119,10 +125,10 @@ class TransportProbe:
         with self._pending_lock:
             return pending.pop(cycle, None)
 
-    def _add(self, sample_ns: int) -> None:
+    def _add(self, sample_ns: int, *, probe: bool = False) -> None:
         margin = self.margin()
         if margin is not None:
-            margin.add(sample_ns)
+            (margin.add_probe if probe else margin.add)(sample_ns)
 
     def _ping(self) -> None:
         if self.pings_received >= PINGS or self.pings_sent >= MAX_PINGS:
@@ -146,7 +152,7 @@ class TransportProbe:
         except ValueError:
             return  # not one of ours
         self.pings_received += 1
-        self._add(now - sent)
+        self._add(now - sent, probe=True)
 
     def _on_plan(self, msg: Any) -> None:
         now = self.clock()

@@ -356,7 +356,7 @@ class PlannerCore:
 
     def _publish_plan(self, envelope: dict[str, Any]) -> None:
         if self.probe is not None:
-            self.probe.plan_published(envelope.get("cycle"))
+            self.probe.plan_published(envelope.get("cycle"), envelope.get("published_ns"))
         if self.outputs is not None:
             self.outputs.publish(envelope)
 

@@ -169,8 +169,8 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
     _spec("transport_margin_floor_ms", _PC.transport_margin_floor_ms, "double",
           "the measured transport margin never goes below this (ms)", low=0.0, high=60_000.0),
     _spec("transport_margin_cap_ms", _PC.transport_margin_cap_ms, "double",
-          "nor above this, nor above a quarter of the deadline (ms); also the margin until "
-          "enough samples arrived", low=0.0, high=60_000.0),
+          "nor above this, nor above a quarter of the deadline (ms); until enough samples "
+          "arrived the margin is 50 ms or this, the less", low=0.0, high=60_000.0),
     _spec("server_url", "", "string",
           "OpenAI-compatible server for engines openai and hybrid (http://HOST:PORT/v1); the "
           "node starts even when it does not answer, reports ERROR and falls back until it does"),

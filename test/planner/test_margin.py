@@ -129,3 +129,20 @@ def test_a_learned_publish_margin_keeps_the_largest_lateness_between_floor_and_c
     fixed = PublishMargin(publish_margin_settings(3.0, deadline_ms=40.0))
     fixed.add(30 * MS)
     assert not fixed.measured and fixed.margin_ns() == 3 * MS
+
+
+def test_start_up_pings_alone_leave_the_cap_until_the_runs_own_samples_arrive() -> None:
+    """The pings cross an idle node before any engine holds the cores and no receiver's
+    executor: they do not make the transport known. (The demo's first cycle, its margin from
+    the pings alone, published a fallback that arrived 3.2 ms past its deadline.)"""
+    m = TransportMargin(MarginSettings(fixed_ms=-1.0, floor_ms=1.0, cap_ms=50.0, min_samples=8))
+    for _ in range(40):
+        m.add_probe(500_000)
+    assert m.margin_ns() == 50 * MS and m.summary()["transport_samples"] == 40
+    for _ in range(7):
+        m.add(1 * MS)  # the node's own plans, one way
+    assert m.margin_ns() == 50 * MS  # 7 of 8 from the run: still the cap
+    m.add(1 * MS)
+    assert m.margin_ns() == LEGS * 1 * MS + SLACK_NS
+    m.add_probe(3 * MS)  # once known, a ping in the window still counts
+    assert m.margin_ns() == LEGS * 3 * MS + SLACK_NS

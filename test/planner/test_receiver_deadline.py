@@ -12,7 +12,7 @@ from robot_latency.planner.config import RunSettings
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, Interrupt, PlannerLoop, RunOutcome
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.margin import PUBLISH_FLOOR_MS, PUBLISH_START_MS
+from robot_latency.planner.margin import LEGS, PUBLISH_FLOOR_MS, PUBLISH_START_MS, SLACK_NS
 from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
@@ -139,3 +139,52 @@ def test_a_fixed_publish_margin_does_not_move() -> None:
     h.loop.run_periodic(2)
     assert [r.margin_ns for r in h.records] == [2 * MS, 2 * MS]
     assert [r.deadline_met for r in h.records] == [False, False]
+
+
+def test_periodic_a_command_sent_after_a_tick_whose_cycle_started_late_counts_from_its_send(
+) -> None:
+    h = Harness()
+    tick = h.clock.now()
+    h.clock.advance(10 * MS)  # the loop wakes 10 ms after its tick; the command came before
+    h.loop.submit(InboundCommand("c", CUP, tick + 4 * MS, sent_ns=tick + 3 * MS))
+    h.loop.run_periodic(1, start_ns=tick)
+    (rec,) = h.records
+    assert rec.scheduled_ns == tick + 3 * MS == rec.command_sent_ns  # not the earlier tick
+    assert rec.deadline_ns == tick + 53 * MS and rec.phases_ns["queue"] == 7 * MS
+
+
+class SlowAfterModel:
+    """The sim engine's runner, whose thread is kept off its core after the model answered:
+    the plan is ready before the give-up time, published ``late_ns`` after it."""
+
+    def __init__(self, inner: Any, clock: ScriptedClock, late_ns: list[int]) -> None:
+        self.inner, self.clock, self.late_ns = inner, clock, list(late_ns)
+
+    def run(self, request: GenerationRequest, *, give_up_ns: int,
+            interrupt: Interrupt | None = None) -> RunOutcome:
+        outcome = self.inner.run(request, give_up_ns=give_up_ns, interrupt=interrupt)
+        late = self.late_ns.pop(0)
+        if late:
+            self.clock.sleep_for(max(0, give_up_ns + late - self.clock.now()))
+        return outcome
+
+    def collect_aborted(self, until_ns: int) -> None:
+        return None
+
+
+def test_a_model_plan_published_late_after_the_give_up_raises_the_transport_margin() -> None:
+    """The loop's excess counts in every cycle that started before its give-up, not only those
+    that waited for the model until it: a plan ready in time but published 5 ms past the
+    give-up (2 ms of publish margin) ate 3 ms of the transport's share."""
+    h = Harness(publish_margin_ms=2, transport_margin_ms=-1, transport_margin_cap_ms=12,
+                deadline_ms=90)
+    h.loop.runner = SlowAfterModel(h.loop.runner, h.clock, [5 * MS, 0])
+    for _ in range(8):
+        h.loop.transport.add(1 * MS)
+    h.loop.submit(InboundCommand("c", CUP, h.clock.now()))
+    h.loop.run_periodic(2)
+    late, after = h.records
+    assert late.plan_source == "model" and late.published_ns is not None
+    assert late.published_ns == late.deadline_ns - late.margin_ns + 5 * MS
+    assert late.margin_ns == 2 * MS + LEGS * 1 * MS + SLACK_NS
+    assert after.margin_ns == late.margin_ns + 3 * MS

@@ -67,9 +67,11 @@ def test_instruct_json_on_a_random_weight_model_gives_schema_valid_plans(
         tmp_path: Path, qwen05_synth: Path) -> None:
     # The planner vocabulary spells JSON punctuation byte by byte: the longest 3-step plan is
     # ~290 tokens here (an instruction-tuned model's tokenizer needs about a third of that).
+    # What is asserted is the plans' form, not their time: the deadline only has to outlast
+    # 2 x 320 tokens of a 0.5B shape on a loaded core (60 s did not, at a load average of 8).
     out = run(tmp_path, ["Pick up the RED cup, and place it on the tray!", "STOP!"],
               "--model", str(qwen05_synth), "--profile", "instruct-json", "--max-tokens", "320",
-              deadline_ms=60_000)
+              deadline_ms=600_000)
     recs = read_records(out / "cycles.jsonl")
     assert len(recs) == 2
     schema = instruct_plan_schema()

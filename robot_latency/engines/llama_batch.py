@@ -3,13 +3,15 @@
 The llama.cpp engine (:mod:`robot_latency.engines.llamacpp`) runs one prompt at a time, as a robot
 does. Work that only wants the outputs (the untimed pass, :mod:`robot_latency.planner.untimed`)
 can decode several prompts at once: each decode call carries one token of every sequence still
-generating, so the weights are read once for all of them. On a CPU host the step costs little
-more than a batch-1 step, and the pass takes a fraction of the time.
+generating, so the weights are read once for all of them. On one CPU thread here a step of 8
+tokens cost 3.2 batch-1 steps, and the demo's pass took 0.57 of the CPU time of one prompt at a
+time; a step of several tokens also runs on the prefill's threads (``n_threads_batch``).
 
     one context, ``n_seq + 1`` sequences, each in its own KV stream (``kv_unified`` off: a
     sequence attends to its own cells only, laid out as at batch 1)
     seq 0: the fixed prefix, evaluated once ─► copied into a free sequence per prompt
-    per step: the new prompts' own parts and one token per generating sequence ─► decode
+    a new prompt: its own part prefilled in a call of its own ─► its first token picked
+    per step: one token per generating sequence ─► decode
              ─► each sequence's grammar sampler picks its token from its own logits
              ─► the batch-1 loop's stops (end token, stop string, complete output, max tokens)
     a finished sequence's slot takes the next prompt (continuous batching)
@@ -40,9 +42,11 @@ from robot_latency.engines.llamacpp import LlamaCppEngine
 
 log = logging.getLogger(__name__)
 
-#: Sequences decoded together by default: on a 1-2 core CPU the step's cost grows slowly up to
-#: about this many (docs/BENCHMARKS.md, "The untimed pass, batched").
-DEFAULT_SEQUENCES = 8
+#: Sequences decoded together by default. A decode step's cost on a CPU grows with its tokens
+#: but far slower than one step per token: the demo's 30 commands at one level took 143 s of CPU
+#: one at a time, 98 s 8 at a time, 89 s 16, 81 s all at once (docs/BENCHMARKS.md, "The
+#: untimed pass, batched"). The KV cache holds ``n_seq + 1`` streams of a prompt and its output.
+DEFAULT_SEQUENCES = 32
 #: KV cells are handed out in blocks of this many per stream.
 _CELL_BLOCK = 256
 
@@ -186,7 +190,7 @@ def greedy_batch(engine: LlamaCppEngine, requests: Sequence[GenerationRequest], 
     n_seq = min(n_seq, len(requests))
     longest_part = max(len(t) - len(head) for t in prompts)
     ctx = _Context(engine, n_seq, cells, n_batch=max(engine.config.chunk_tokens,
-                                                     longest_part + n_seq))
+                                                     longest_part, n_seq))
     try:
         if head:
             chunk = engine.config.chunk_tokens
@@ -221,30 +225,50 @@ def cached_in_order(outs: Sequence[BatchOutput], start: Sequence[int], *,
 
 def _run(engine: LlamaCppEngine, ctx: _Context, requests: Sequence[GenerationRequest],
          prompts: list[list[int]], n_head: int, n_seq: int) -> list[BatchOutput]:
-    """The continuous-batching loop (see the module docstring)."""
+    """The continuous-batching loop (see the module docstring).
+
+    A new prompt's own part is prefilled in a decode call of its own: mixed with other
+    sequences' tokens, llama.cpp's split of a batch over separate KV streams (equal tokens per
+    sequence in a micro-batch) ran it one token per pass. Its first token is picked from that
+    call's logits; every step after carries one token per generating sequence.
+    """
     waiting = deque(range(len(requests)))
     free = list(range(n_seq, 0, -1))
     active: dict[int, _Seq] = {}  # by sequence id
     pending: dict[int, int] = {}  # sequence id -> its last token, to be evaluated
     out: list[BatchOutput | None] = [None] * len(requests)
-    batch, n_batch = ctx.batch, ctx.batch.size
+    batch = ctx.batch
+
+    def picked(seq: int, row: int) -> None:
+        s = active[seq]
+        token = int(s.sampler.sample(ctx.ctx, row))
+        stop = _step(engine, s, token)
+        if stop is None:
+            pending[seq] = token
+            return
+        text = cut_at_stop(s.text_bytes.decode("utf-8", errors="replace"), s.request.stop)
+        out[s.index] = BatchOutput(tuple(s.prompt), tuple(s.tokens), text, stop)
+        del active[seq]
+        ctx.clear(seq)
+        free.append(seq)
+
     while waiting or active:
-        rows: dict[int, int] = {}  # sequence id -> its logits' row in this batch
         while free and waiting:
             i = waiting.popleft()
-            part = prompts[i][n_head:]
-            if batch.n + len(part) + len(pending) > n_batch:
-                waiting.appendleft(i)
-                break
             seq = free.pop()
             ctx.clear(seq)
             if n_head:
                 ctx.copy_prefix(seq)
-            s = _Seq(i, requests[i], prompts[i], _sampler(engine, requests[i]))
+            part = prompts[i][n_head:]
+            active[seq] = _Seq(i, requests[i], prompts[i], _sampler(engine, requests[i]),
+                               n_past=len(prompts[i]))
             for j, tok in enumerate(part):
-                rows[seq] = batch.add(tok, n_head + j, seq, j == len(part) - 1)
-            s.n_past = len(prompts[i])
-            active[seq] = s
+                row = batch.add(tok, n_head + j, seq, j == len(part) - 1)
+            batch.decode(ctx.ctx.ctx)
+            picked(seq, row)
+        if not pending:
+            continue
+        rows = {}
         for seq, tok in pending.items():
             s = active[seq]
             rows[seq] = batch.add(tok, s.n_past, seq, True)
@@ -252,17 +276,7 @@ def _run(engine: LlamaCppEngine, ctx: _Context, requests: Sequence[GenerationReq
         pending.clear()
         batch.decode(ctx.ctx.ctx)
         for seq, row in rows.items():
-            s = active[seq]
-            token = int(s.sampler.sample(ctx.ctx, row))
-            stop = _step(engine, s, token)
-            if stop is None:
-                pending[seq] = token
-                continue
-            text = cut_at_stop(s.text_bytes.decode("utf-8", errors="replace"), s.request.stop)
-            out[s.index] = BatchOutput(tuple(s.prompt), tuple(s.tokens), text, stop)
-            del active[seq]
-            ctx.clear(seq)
-            free.append(seq)
+            picked(seq, row)
     return [o for o in out if o is not None]
 
 

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 #: Version of the cached file's shape; a change makes old entries misses.
 UNTIMED_FORMAT = 1
 #: Commands a llama.cpp pass decodes together (``run_untimed``'s ``sequences``).
-DEFAULT_SEQUENCES = 8
+DEFAULT_SEQUENCES = 32
 #: The file an untimed pass is written to in a run directory.
 UNTIMED_FILE = "untimed.json"
 #: Engine options that change how fast, not what, the engine generates.

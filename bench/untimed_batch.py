@@ -12,11 +12,12 @@ and CPU seconds of each and whether every command's facts are the same::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+
+from benchio import emit_result
 
 from robot_latency.models.ladder import JSON_INFLATED_PREFIX, default_cache_dir
 from robot_latency.planner.config import RunSettings
@@ -33,14 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inflate", default="qwen2.5-0.5b")
     ap.add_argument("--commands", type=int, default=30)
     ap.add_argument("--sequences", type=int, nargs="+", default=[8, 1])
+    ap.add_argument("--model", default="", help="a GGUF of the JSON planner instead of a level")
     ap.add_argument("--n-threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=Path("untimed_batch.json"))
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     stream = read_stream(SHIPPED_DIR / "steady_operator")
     stream = replace(stream, commands=stream.commands[: args.commands])
-    model = default_cache_dir() / f"{JSON_INFLATED_PREFIX}{args.inflate}.{args.level}.gguf"
-    run, _ = resolve_run(RunSettings(log_dir=args.out.parent / ".untimed_batch",
+    model = Path(args.model) if args.model else \
+        default_cache_dir() / f"{JSON_INFLATED_PREFIX}{args.inflate}.{args.level}.gguf"
+    run, _ = resolve_run(RunSettings(log_dir=Path(".untimed_batch"),
                                      model=str(model), profile="bundled-json",
                                      n_threads=args.n_threads))
     rows, passes = [], []
@@ -54,11 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                      "same_facts_as_first": up == passes[0]})
         log.info("sequences %d: %.1f s wall, %.1f s CPU, %d tokens, same facts: %s", n, wall_s,
                  cpu_s, rows[-1]["tokens_out"], rows[-1]["same_facts_as_first"])
-        args.out.write_text(json.dumps({
-            "model": str(model), "commands": len(stream.commands), "n_threads": args.n_threads,
-            "key": up.key, "runs": rows,
-            "facts": [asdict(c) for c in passes[0].commands]}, indent=1) + "\n")
-    return 0
+    return emit_result({"model": str(model), "commands": len(stream.commands),
+                        "n_threads": args.n_threads, "key": passes[0].key, "runs": rows,
+                        "facts": [asdict(c) for c in passes[0].commands]}, args.out)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
                "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
-               "cold_start.py"}
+               "cold_start.py", "untimed_batch.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -148,6 +148,13 @@ def test_profiles(tmp_path: Path, what: str) -> None:
     small = {"prefix": ["--commands", "2"], "threads": ["--max-commands", "2", "--speed", "8"]}
     doc = _run(tmp_path, "profiles.py", what, "--model", "bundled", *small[what])
     assert doc["model"].endswith("planner.gguf")
+
+
+def test_untimed_batch(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "untimed_batch.py", "--model", str(bundled_model_path("planner-json")),
+               "--commands", "3", "--sequences", "2", "1")
+    assert [r["sequences"] for r in doc["runs"]] == [2, 1]
+    assert all(r["same_facts_as_first"] for r in doc["runs"]) and len(doc["facts"]) == 3
 
 
 def test_rule_planner(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Version of the cached file's shape; a change makes old entries misses.
 UNTIMED_FORMAT = 1
+#: Commands a llama.cpp pass decodes together (``run_untimed``'s ``sequences``).
+DEFAULT_SEQUENCES = 32
 #: The file an untimed pass is written to in a run directory.
 UNTIMED_FILE = "untimed.json"
 #: Engine options that change how fast, not what, the engine generates.
@@ -190,16 +192,79 @@ def _engine(run: ResolvedRun) -> Any:
     return create_planner_engine(run.engine, **run.engine_options)
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the pass keeps of one generation."""
+
+    prompt_tokens: int
+    uncached_prompt_tokens: int
+    tokens_out: int
+    stop_reason: StopReason
+    text: str
+
+
+def _llama_options(run: ResolvedRun) -> dict[str, Any] | None:
+    """The llama.cpp engine's options where the pass's engine is one that batches (plain
+    greedy llama.cpp, on its own or the hybrid's onboard one), else None."""
+    opts = run.engine_options
+    if run.engine == "hybrid" and opts.get("onboard_engine") == "llamacpp":
+        opts = opts["onboard"]
+    elif run.engine != "llamacpp":
+        return None
+    return None if opts.get("draft") else dict(opts)
+
+
+def _batched(options: dict[str, Any], requests: list[GenerationRequest],
+             sequences: int) -> list[_Facts]:
+    """Decode the requests ``sequences`` at a time (:mod:`robot_latency.engines.llama_batch`):
+    the batch-1 engine's outputs and prompt caching, in a fraction of its time."""
+    from robot_latency.engines.base import EngineError
+    from robot_latency.engines.llama_batch import greedy_batch
+
+    warm = options.get("warm_prefix", "")
+    # its own context is not used: nothing to warm
+    with create_planner_engine("llamacpp", **{**options, "warm_prefix": ""}) as engine:
+        try:
+            outs = greedy_batch(engine, requests, n_seq=sequences, warm_prefix=warm)
+        except EngineError as err:
+            raise UntimedError(f"untimed pass: the engine failed: {err}") from err
+    return [_Facts(len(o.prompt_tokens), max(1, len(o.prompt_tokens) - o.prefix_cache_tokens),
+                   len(o.tokens), o.stop_reason, o.text) for o in outs]
+
+
+def _one_by_one(run: ResolvedRun, stream: CommandStream,
+                asked: list[tuple[int, GenerationRequest]],
+                progress: Callable[[int, int], None] | None) -> list[_Facts]:
+    """Generate the requests one at a time through the run's engine, as the loop does."""
+    out = []
+    with _engine(run) as engine:
+        for i, request in asked:
+            trace = engine.generate(request)
+            if trace.stop_reason == StopReason.ERROR:
+                raise UntimedError(f"untimed pass, command {stream.commands[i].command_id}: "
+                                   f"the engine failed: {trace.error}")
+            out.append(_Facts(trace.prompt_tokens,
+                              max(1, trace.prompt_tokens - trace.prefix_cache_tokens),
+                              len(trace.token_ns), trace.stop_reason, trace.text))
+            if progress is not None:
+                progress(i + 1, len(stream.commands))
+    return out
+
+
 def run_untimed(run: ResolvedRun, stream: CommandStream, *,
                 cache_dir: str | os.PathLike[str] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> UntimedPass:
+                progress: Callable[[int, int], None] | None = None,
+                sequences: int = DEFAULT_SEQUENCES) -> UntimedPass:
     """Return the untimed pass of ``stream`` under ``run``: from the cache, else run it.
 
     Args:
         run: the resolved run whose engine, profile and settings the pass uses.
         stream: the commands (their arrival times are not used).
         cache_dir: where passes are cached by content hash (None: not cached).
-        progress: called with (done, total) after each command.
+        progress: called with (done, total) after each command (batched: once, at the end).
+        sequences: greedy llama.cpp decodes this many commands together (the same outputs
+            as one at a time, :mod:`robot_latency.engines.llama_batch`); 1, or another
+            engine: one at a time through the run's engine. Not in the cache key.
 
     Raises:
         UntimedError: the engine failed on a command (names it), or a cached file is broken.
@@ -218,32 +283,36 @@ def run_untimed(run: ResolvedRun, stream: CommandStream, *,
     planning, cfg = run.planning, run.settings
     grammar = planning.contract.grammar if cfg.grammar else None
     max_tokens = cfg.max_tokens or planning.max_tokens
-    out: list[UntimedCommand] = []
+    asked: list[tuple[int, GenerationRequest]] = []
     state: str | None = None
-    with _engine(run) as engine:
-        for i, c in enumerate(stream.commands):
-            state = c.state if c.state is not None else state
-            if _refusal(c.text, cfg.max_command_chars) is not None:
-                out.append(UntimedCommand(c.command_id, asked=False))
-                continue
+    for i, c in enumerate(stream.commands):
+        state = c.state if c.state is not None else state
+        if _refusal(c.text, cfg.max_command_chars) is None:
             prompt = planning.build(c.text, state)
-            request = GenerationRequest(prompt=prompt.suffix, prefix=prompt.prefix,
-                                        max_tokens=max_tokens, deadline_ns=None,
-                                        grammar=grammar, stop=planning.stop,
-                                        complete=planning.contract.kind,
-                                        messages=planning.messages(c.text, state))
-            trace = engine.generate(request)
-            if trace.stop_reason == StopReason.ERROR:
-                raise UntimedError(f"untimed pass, command {c.command_id}: the engine failed: "
-                                   f"{trace.error}")
-            plan = _judge(run, trace.stop_reason, trace.text)
-            out.append(UntimedCommand(
-                c.command_id, asked=True, prompt_tokens=trace.prompt_tokens,
-                uncached_prompt_tokens=max(1, trace.prompt_tokens - trace.prefix_cache_tokens),
-                tokens_out=len(trace.token_ns), stop_reason=trace.stop_reason.value,
-                plan_valid=plan is not None, plan=plan, text=trace.text))
-            if progress is not None:
-                progress(i + 1, len(stream.commands))
+            asked.append((i, GenerationRequest(
+                prompt=prompt.suffix, prefix=prompt.prefix, max_tokens=max_tokens,
+                deadline_ns=None, grammar=grammar, stop=planning.stop,
+                complete=planning.contract.kind, messages=planning.messages(c.text, state))))
+    llama = _llama_options(run)
+    if llama is not None and sequences > 1 and len({r.prefix for _, r in asked}) == 1:
+        facts = _batched(llama, [r for _, r in asked], sequences)
+        if progress is not None:
+            progress(len(stream.commands), len(stream.commands))
+    else:
+        facts = _one_by_one(run, stream, asked, progress)
+    by_index = {i: f for (i, _), f in zip(asked, facts, strict=True)}
+    out: list[UntimedCommand] = []
+    for i, c in enumerate(stream.commands):
+        f = by_index.get(i)
+        if f is None:
+            out.append(UntimedCommand(c.command_id, asked=False))
+            continue
+        plan = _judge(run, f.stop_reason, f.text)
+        out.append(UntimedCommand(
+            c.command_id, asked=True, prompt_tokens=f.prompt_tokens,
+            uncached_prompt_tokens=f.uncached_prompt_tokens, tokens_out=f.tokens_out,
+            stop_reason=f.stop_reason.value, plan_valid=plan is not None, plan=plan,
+            text=f.text))
     up = UntimedPass(key=key, engine=run.engine, model=run.model,
                      profile=planning.profile.name, stream=stream.source,
                      max_tokens=max_tokens, commands=tuple(out))

@@ -90,3 +90,21 @@ def test_a_broken_cache_file_is_named_then_rerun(tmp_path: Path,
     up = run_untimed(run, stream, cache_dir=tmp_path / "cache")
     assert len(up.commands) == 2 and "running it again" in caplog.text
     assert read_untimed(tmp_path / "cache" / f"{key}.json") == up
+
+
+def test_a_batched_pass_is_the_one_at_a_time_pass(tmp_path: Path) -> None:
+    # the JSON planner: its chat prompt's fixed prefix is warmed and cached; a refused command
+    # between asked ones; fewer sequences than commands (slots are handed on)
+    s = _stream(5)
+    blank = Command(s.commands[1].t_ns, "   ", "s:blank")
+    stream = replace(s, commands=(*s.commands[:2], blank, *s.commands[2:]))
+    settings = RunSettings(log_dir=tmp_path / "run", engine="llamacpp",
+                           model=str(bundled_model_path("planner-json")),
+                           profile="bundled-json", n_threads=1)
+    run, _ = resolve_run(settings)
+    one = run_untimed(run, stream, sequences=1)
+    batched = run_untimed(run, stream, sequences=3)
+    assert batched == one
+    assert [c.asked for c in one.commands] == [True, True, False, True, True, True]
+    # the fixed prefix is warmed at load: no command prefills it
+    assert all(c.uncached_prompt_tokens < c.prompt_tokens // 2 for c in one.commands if c.asked)

@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
                                            # settings, ROS facts, host facts, child processes
                                            # that die with their owner
     ("errors", "__init__"),                # the error base; the package's version
+    ("llama_backends",),                   # a DL llama.cpp's CPU variants (stdlib only)
 )
 
 

@@ -67,7 +67,6 @@ NOT_HERE = {
     "docs/archive/jetson-development-2025-11/MODEL_INVENTORY_AND_":
         "REFERENCE.md cites it in another repository (a source)",
     "docs/bench/predict_gpu.json": "bench/predict_gpu.py writes it on a machine with a GPU",
-    "docs/bench/node_soak_1h.json": "bench/node_soak.py writes it in the hour's soak (not run yet)",
 }
 
 

@@ -33,6 +33,9 @@ endif
 #   LLAMA_CPU=portable (default)  x86-64-v3 (AVX2, FMA, F16C, BMI2: every x86-64 CPU since 2013
 #                                 or so) or generic armv8 on aarch64; no AMX kernels
 #   LLAMA_CPU=native              -march=native, kept apart per CPU (a digest of its flags)
+#   LLAMA_CPU=all                 every CPU variant, the best one picked at run time
+#                                 (GGML_BACKEND_DL; robot_latency/llama_backends.py loads them):
+#                                 native speed on any CPU, ~4x the build time
 # docs/BENCHMARKS.md, "The portable build", measures what the portable build costs here.
 LLAMA_CPU ?= portable
 LLAMA_VERSION := 0.3.36
@@ -40,6 +43,9 @@ ARCH := $(shell uname -m)
 ifeq ($(LLAMA_CPU),native)
 LLAMA_CMAKE := -DGGML_NATIVE=ON
 LLAMA_VARIANT := native-$(shell grep -m1 -E '^(flags|Features)' /proc/cpuinfo | sha256sum | cut -c1-12)
+else ifeq ($(LLAMA_CPU),all)
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
+LLAMA_VARIANT := all-variants-$(ARCH)
 else ifeq ($(ARCH),x86_64)
 LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF

@@ -105,7 +105,11 @@ class PlanActionServer:
         self._lock = threading.RLock()
         self._goals: dict[str, _Goal] = {}
         self._done: list[_Goal] = []
-        self._poll: Any = None
+        # One feedback poll timer for the server's life, cancelled while no goal is open: rclpy
+        # keeps a reference in the callback group for every timer ever created (a destroyed one
+        # included), so a timer made per goal grew the node by ~190 bytes a goal.
+        self._poll: Any = node.create_timer(POLL_PERIOD_S, self._poll_goals)
+        self._poll.cancel()
         self.goals_accepted = 0
         self.goals_rejected = 0
         self._wake = node.create_guard_condition(self._finish_ready)
@@ -198,8 +202,8 @@ class PlanActionServer:
                       state=request.state or None, deadline_ns=deadline_ns)
         self.goals_accepted += 1
         self._feedback(goal, "queue", 0)
-        if self._poll is None:
-            self._poll = self.node.create_timer(POLL_PERIOD_S, self._poll_goals)
+        if self._poll.is_canceled():
+            self._poll.reset()
 
     def _sent_on_loop_clock(self, sent: Any) -> int | None:
         """The caller's send stamp (its ROS clock) on the loop's clock; None when unset."""
@@ -306,9 +310,8 @@ class PlanActionServer:
     def _stop_poll_when_idle(self) -> None:
         with self._lock:
             idle = not self._goals
-        if idle and self._poll is not None:
-            self.node.destroy_timer(self._poll)
-            self._poll = None
+        if idle and not self._poll.is_canceled():
+            self._poll.cancel()
 
     # --- the run's end -----------------------------------------------------------------------
     def abort_open(self) -> int:
@@ -325,5 +328,6 @@ class PlanActionServer:
     def destroy(self) -> None:
         """Abort open goals and remove the action server, its timer and guard condition."""
         self.abort_open()
+        self.node.destroy_timer(self._poll)
         self._server.destroy()
         self.node.destroy_guard_condition(self._wake)

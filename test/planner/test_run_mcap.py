@@ -132,11 +132,40 @@ def test_a_failing_file_never_stops_the_caller(tmp_path: Path,
     assert sink.open
     assert sink._fh is not None
     sink._fh.close()  # the disk goes away under it
-    sink.command(InboundCommand("c", "stop", arrival_ns=5))
+    sink.command(InboundCommand("c", "stop", arrival_ns=5))  # into the chunk the cycle closes
+    sink.cycle(CycleRecord(run_id="t", cycle=0, scheduled_ns=5, deadline_ns=5 + 400 * MS))
     assert not sink.open
     assert sum("stopped writing it" in r.getMessage() for r in caplog.records) == 1
     sink.command(InboundCommand("d", "stop", arrival_ns=6))
     sink.close(manifest={}, summary={})
+
+
+def test_the_index_kept_in_memory_is_one_packed_entry_per_cycle(tmp_path: Path) -> None:
+    """A long run's writer keeps one chunk index entry per cycle (a command joins its cycle's
+    chunk), each as its encoded bytes, not Python objects: what a node keeps for the file's
+    index grows by the index's own size per cycle. The closed file's index has every chunk and
+    gives back every message."""
+    clock = iter(range(0, 10**15, MS)).__next__
+    sink = RunMcap(tmp_path / "run.mcap", clock=clock, run_id="t", capture_logs=False)
+    packed = sink.chunk_indexes
+    assert packed is not None  # the mcap writer's internals are the ones packed
+    assert sink._writer._Writer__chunk_indices is packed
+    n = 500
+    for i in range(n):
+        at = clock()
+        sink.command(InboundCommand(f"c{i}", "stop", arrival_ns=at))
+        sink.cycle(CycleRecord(run_id="t", cycle=i, command_id=f"c{i}", scheduled_ns=at,
+                               deadline_ns=at + 400 * MS))
+    assert len(packed) == n  # one chunk per cycle, not one per write
+    assert packed.nbytes <= 128 * n  # an entry: times, offsets, a few channels' offsets
+    sink.close(manifest={}, summary={})
+    _, messages, _ = read_mcap(tmp_path / "run.mcap")
+    counts = Counter(topic for topic, _, _ in messages)
+    assert counts[COMMAND_CHANNEL] == counts[RECORD_CHANNEL] == n
+    with open(tmp_path / "run.mcap", "rb") as fh:
+        summary = make_reader(fh).get_summary()
+    assert summary is not None and len(summary.chunk_indexes) == n
+    assert summary.statistics is not None and summary.statistics.chunk_count == n
 
 
 def test_report_reads_a_run_that_has_only_its_run_mcap(

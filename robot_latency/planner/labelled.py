@@ -152,6 +152,7 @@ def _key(planning: Planning, stream: CommandStream, labels: dict[str, Any], toke
          max_tokens: int) -> str:
     spec = {"engine": LABELS_ENGINE, "tokenizer": tokenizer, "max_tokens": max_tokens,
             "profile": planning.profile.sha256 or planning.profile.name,
+            "chat_format": planning.profile.chat_format,
             "commands": [[c.command_id, c.text, c.state, labels.get(c.command_id)]
                          for c in stream.commands]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()

@@ -154,7 +154,7 @@ def labelled_inputs(settings: RunSettings, stream: CommandStream, *, model: str,
     from robot_latency.profiles.profile import load_planning
     from robot_latency.profiles.vocab import tokenizer_for_model
 
-    planning = load_planning(settings.profile)
+    planning, template_words = _preset_template(load_planning(settings.profile), model)
     schema = _labels_schema(planning)
     src = Path(stream.source)
     if labels_path is None:
@@ -177,7 +177,8 @@ def labelled_inputs(settings: RunSettings, stream: CommandStream, *, model: str,
                            grammar=settings.grammar, warm_prefix=bool(planning.prefix),
                            model=model)
     words = (f"assumes the model writes each command's labelled plan (no weights, no untimed "
-             f"pass): {lp.output_format}, tokenized by {Path(lp.tokenizer).name}")
+             f"pass): {lp.output_format}, tokenized by {Path(lp.tokenizer).name}"
+             f"{template_words}")
     if lp.unlabelled:
         words += (f"; {len(lp.unlabelled)} of {len(stream.commands)} commands have no label and "
                   "are left out (their arrivals dropped)")
@@ -192,6 +193,31 @@ def labelled_inputs(settings: RunSettings, stream: CommandStream, *, model: str,
                         engine_family=settings.engine_family or "llamacpp-cuda",
                         calibration=settings.calibration or None, settings=settings,
                         assumption=words)
+
+
+def _preset_template(planning: Any, model: str) -> tuple[Any, str]:
+    """``planning`` prompted in a model preset's own chat template, and the words that say so.
+
+    An instruct model is prompted in its own template, whatever template a profile names for
+    another family: a preset (not a GGUF file) whose shipped tokenizer family has one
+    (:func:`robot_latency.profiles.vocab.preset_chat_format`) gets it in place of the profile's
+    named template. A ``raw`` profile is left as it is (it prompts with no template at all).
+    """
+    from dataclasses import replace as with_field
+
+    from robot_latency.profiles.chat import RAW
+    from robot_latency.profiles.profile import Planning
+    from robot_latency.profiles.vocab import preset_chat_format
+
+    own = None if Path(model).is_file() else preset_chat_format(model)
+    named = planning.profile.chat_format
+    if named == RAW:
+        return planning, ", no chat template (the profile's raw prompt)"
+    if own is None or named == own:
+        return planning, f", chat template {named}"
+    return (Planning(with_field(planning.profile, chat_format=own)),
+            f", chat template {own} ({model}'s own; profile {planning.profile.name} names "
+            f"{named})")
 
 
 def _labels_schema(planning: Any) -> dict[str, Any]:

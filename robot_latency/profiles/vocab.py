@@ -21,8 +21,9 @@ from typing import Any
 
 from robot_latency.errors import RobotLatencyError
 
-__all__ = ["PRESET_TOKENIZERS", "VOCAB_DIR", "VOCAB_FILES", "VocabError", "VocabTokenizer",
-           "tokenizer_for_model", "vocab_path"]
+__all__ = ["FAMILY_CHAT_FORMATS", "PRESET_TOKENIZERS", "VOCAB_DIR", "VOCAB_FILES", "VocabError",
+           "VocabTokenizer", "preset_chat_format", "preset_family", "tokenizer_for_model",
+           "vocab_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,15 +32,33 @@ VOCAB_DIR = Path(__file__).resolve().parent.parent / "data" / "vocab"
 #: family name -> shipped vocabulary-only GGUF (llama-cpp-python 0.3.36's vendor/llama.cpp/models).
 VOCAB_FILES: dict[str, str] = {
     "qwen2": "ggml-vocab-qwen2.gguf",
+    "llama-bpe": "ggml-vocab-llama-bpe.gguf",
+    "phi-3": "ggml-vocab-phi-3.gguf",
 }
 
+#: family -> the llama.cpp chat template its instruction-tuned models are prompted with (a
+#: built-in template name, :mod:`robot_latency.profiles.chat`): Qwen2.5-Instruct chatml,
+#: Llama-3.x-Instruct llama3, Phi-3.5-mini-instruct phi3.
+FAMILY_CHAT_FORMATS: dict[str, str] = {
+    "qwen2": "chatml",
+    "llama-bpe": "llama3",
+    "phi-3": "phi3",
+}
 
 #: Model presets (floor/shapes.py ids, by prefix) -> the shipped tokenizer family they use. Only
 #: families whose tokenizer ships: Qwen2.5 writes with the Qwen2 tokenizer (the same BPE and
-#: special tokens). Qwen3 and the DeepSeek-R1 distills of Qwen2.5 are left out: their special
-#: tokens and pre-tokenizer differ, and a count from another tokenizer would not be theirs.
+#: special tokens); Llama 3, 3.1 and 3.2 share one 128,256-id BPE tokenizer (llama.cpp's
+#: ``llama-bpe`` pre-tokenizer); Phi-3.5-mini keeps Phi-3's 32,064-id SentencePiece vocabulary.
+#: Left out, because a count from another tokenizer would not be theirs: Qwen3 and the
+#: DeepSeek-R1 distills of Qwen2.5 (other special tokens and pre-tokenizer), Llama 2 and
+#: TinyLlama (SentencePiece, no chat template of their own in the base models), SmolLM2 and
+#: Gemma 2 (no vocabulary file of theirs in llama.cpp's models/).
 PRESET_TOKENIZERS: dict[str, str] = {
     "qwen2.5-": "qwen2",
+    "llama-3-": "llama-bpe",
+    "llama-3.1-": "llama-bpe",
+    "llama-3.2-": "llama-bpe",
+    "phi-3.5-": "phi-3",
 }
 
 
@@ -68,6 +87,13 @@ def preset_family(preset: str) -> str | None:
     key = preset.strip().lower()
     return next((fam for prefix, fam in PRESET_TOKENIZERS.items() if key.startswith(prefix)),
                 None)
+
+
+def preset_chat_format(preset: str) -> str | None:
+    """Return the chat template a model preset's instruct model is prompted with (its shipped
+    tokenizer family's, :data:`FAMILY_CHAT_FORMATS`), or None for a preset without one."""
+    family = preset_family(preset)
+    return None if family is None else FAMILY_CHAT_FORMATS.get(family)
 
 
 def tokenizer_for_model(model: str | Path) -> VocabTokenizer:

@@ -131,8 +131,38 @@ def test_a_tokenizer_for_every_model_or_a_clear_refusal() -> None:
     assert tokenizer_for_model(str(bundled_model_path())).path == bundled_model_path()
     from robot_latency.profiles.vocab import VocabError
 
-    with pytest.raises(VocabError, match=r"llama-3\.2-1b: no shipped tokenizer"):
-        tokenizer_for_model("llama-3.2-1b")
+    assert tokenizer_for_model("llama-3.2-1b").path.name == "ggml-vocab-llama-bpe.gguf"
+    assert tokenizer_for_model("phi-3.5-mini").path.name == "ggml-vocab-phi-3.gguf"
+    with pytest.raises(VocabError, match=r"smollm2-360m: no shipped tokenizer"):
+        tokenizer_for_model("smollm2-360m")
+
+
+def test_a_preset_is_prompted_in_its_own_chat_template(tmp_path: Path) -> None:
+    """Llama-3.2-1B without weights: the instruct-json profile's prompt is rendered in Llama 3's
+    template (not the profile's chatml) and counted by Llama 3's tokenizer; the answer says so."""
+    stream = read_stream(SHIPPED_DIR / "steady_operator")
+    settings = RunSettings(log_dir=tmp_path, profile="instruct-json")
+    llama = labelled_inputs(settings, stream, model="llama-3.2-1b")
+    qwen = labelled_inputs(settings, stream, model="qwen2.5-0.5b")
+    assert "chat template llama3 (llama-3.2-1b's own; profile instruct-json names chatml)" \
+        in llama.assumption and "ggml-vocab-llama-bpe.gguf" in llama.assumption
+    assert "chat template chatml" in qwen.assumption
+    planning = load_planning("instruct-json")
+    first = next(c for c in stream.commands)
+    own = llama.untimed.by_id()[first.command_id]
+    with VocabTokenizer.for_family("llama-bpe") as tok:
+        from robot_latency.profiles.chat import Message, render
+
+        turns = [Message(r, t) for r, t in planning.messages(first.text, first.state)]
+        text = render("llama3", turns, add_assistant=True)
+        assert "<|start_header_id|>system<|end_header_id|>" in text
+        # the engine's count: BOS, the fixed prefix and the turn (llama3 separates cleanly)
+        assert own.prompt_tokens == tok.count(text, add_bos=True)
+    # the same plans, other tokenizers: the counts differ, and the answer follows them
+    assert [c.command_id for c in llama.untimed.commands] == \
+        [c.command_id for c in qwen.untimed.commands]
+    assert [c.prompt_tokens for c in llama.untimed.commands] != \
+        [c.prompt_tokens for c in qwen.untimed.commands]
 
 
 def test_a_label_no_format_can_write_is_left_out(tmp_path: Path) -> None:

@@ -51,7 +51,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.stream is not None:
         return _predict_stream(args)
     for flag, value in (("--image-policy", args.image_policy),
-                        ("--max-frame-age-ms", args.max_frame_age_ms)):
+                        ("--max-frame-age-ms", args.max_frame_age_ms),
+                        ("--fit-scales", args.fit_scales)):
         if value is not None:
             raise UsageError(f"{flag}: only with --stream FILE (the loop simulated on the "
                              "target)")

@@ -238,8 +238,13 @@ def add_stream_args(p: argparse.ArgumentParser, *, envelope: bool = False) -> No
     g.add_argument("--plot", type=Path, default=None, help="write the deadline curve PNG here")
     g.add_argument("--image-policy", default=None, metavar="|".join(IMAGE_POLICIES),
                    help="with a tower (--vision-tower / --mmproj): every (each command's frame "
-                        "encoded, default) or reuse (the image tokens reused while the frame is "
-                        "unchanged; a stream without frames is one static frame)")
+                        "encoded, default), reuse (the image tokens reused while the frame is "
+                        "unchanged; a stream without frames is one static frame) or fit (reuse, "
+                        "and a new frame downscaled to the largest of --fit-scales whose "
+                        "predicted cycle fits the deadline, else the command planned text-only)")
+    g.add_argument("--fit-scales", type=float, nargs="+", default=None, metavar="S",
+                   help="with --image-policy fit: the frame's scales to try, each in (0, 1] "
+                        "(default 1 0.75 0.5 0.25)")
     g.add_argument("--max-frame-age-ms", type=float, default=None,
                    help="with a tower: a plan from a frame older than this at the receiver "
                         "counts as stale")

@@ -19,7 +19,7 @@ from robot_latency.floor.errors import FloorError
 from robot_latency.floor.modelfacts import ModelFacts
 from robot_latency.floor.vision import VisionPrediction, predict_vision
 from robot_latency.floor.vision_tower import DEFAULT_FRAME_PX, VisionTower, tower_from_mmproj
-from robot_latency.planner.target_image import IMAGE_POLICIES, ImageSetting
+from robot_latency.planner.target_image import DEFAULT_FIT_SCALES, IMAGE_POLICIES, ImageSetting
 
 __all__ = ["add_vision_args", "echo_vision", "image_setting", "vision_answer", "vision_json",
            "wants_vision"]
@@ -102,9 +102,11 @@ def image_setting(args: argparse.Namespace) -> ImageSetting | None:
     """``predict --stream``'s camera frame: the tower (a shape projects to each level's model
     width), ``--image-policy`` and ``--max-frame-age-ms``; None without a tower. Either flag
     without a tower is an error naming it."""
+    scales = getattr(args, "fit_scales", None)
     if not wants_vision(args):
         for flag, value in (("--image-policy", args.image_policy),
-                            ("--max-frame-age-ms", args.max_frame_age_ms)):
+                            ("--max-frame-age-ms", args.max_frame_age_ms),
+                            ("--fit-scales", scales)):
             if value is not None:
                 raise UsageError(f"{flag}: give --mmproj FILE or --vision-tower SHAPE with it")
         return None
@@ -113,11 +115,18 @@ def image_setting(args: argparse.Namespace) -> ImageSetting | None:
                          f"{', '.join(IMAGE_POLICIES)}")
     if args.max_frame_age_ms is not None and not args.max_frame_age_ms > 0:
         raise UsageError(f"--max-frame-age-ms: must be > 0, got {args.max_frame_age_ms!r}")
+    if scales is not None:
+        if args.image_policy != "fit":
+            raise UsageError("--fit-scales: only with --image-policy fit")
+        bad = [x for x in scales if not 0 < x <= 1]
+        if bad:
+            raise UsageError(f"--fit-scales: each in (0, 1], got {bad[0]!r}")
     shape = not args.mmproj
     tower = _shape_tower(args, 1) if shape else _file_tower(args)
     return ImageSetting(tower=tower, policy=args.image_policy or "every",
                         frame_px=args.frame_px, project_to_model=shape,
-                        max_frame_age_ms=args.max_frame_age_ms)
+                        max_frame_age_ms=args.max_frame_age_ms,
+                        fit_scales=tuple(scales) if scales else DEFAULT_FIT_SCALES)
 
 
 def _at(tower: VisionTower, px: int) -> VisionTower:

@@ -70,12 +70,16 @@ def cmd_streams_make(args: argparse.Namespace) -> int:
     if args.process is None:
         raise UsageError("give --process periodic|poisson|bursty (or --shipped, or --from "
                          "FILE.jsonl)")
-    path = make_stream_file(out, pick_texts(texts, args.count, seed=args.seed),
-                            process=args.process, rate_hz=args.rate_hz, seed=args.seed,
-                            storage=args.storage, topic=args.topic, frames_hz=args.frames_hz)
+    from robot_latency.streams.labelled import corpus_truth, write_corpus_labels
+
+    picked = pick_texts(texts, args.count, seed=args.seed)
+    path = make_stream_file(out, picked, process=args.process, rate_hz=args.rate_hz,
+                            seed=args.seed, storage=args.storage, topic=args.topic,
+                            frames_hz=args.frames_hz)
+    labels = write_corpus_labels(path, picked, corpus_truth(corpus))
     echo(f"wrote {path}: {args.count} commands, {args.process} at {args.rate_hz:g} Hz"
          + (f"; camera frames at {args.frames_hz:g} Hz on /camera/image/compressed"
-            if args.frames_hz else ""))
+            if args.frames_hz else "") + f"; labels in {labels}")
     return 0
 
 

@@ -16,6 +16,15 @@ Policies (``--image-policy``):
   In a stream with frames, a frame is unchanged when no newer frame was recorded before the
   command (frames are keyed by message, not compared by content); a stream without frames is
   one static frame, so only the first command pays.
+- ``fit``: ``reuse``, and a new frame is seen at the largest of its scales (``fit_scales``: the
+  frame downscaled, 1 = as taken) at which the command's whole cycle, predicted (the encode,
+  the TTFT with that many image tokens, the plan's decode), fits in the deadline less the
+  margins; where none fits, the command plans text-only (no image) and is counted as such; a
+  plan still late then gets the fallback, as always. The choice is made per command from its
+  own predicted cost, before any wait in the queue (a node decides at the cycle's start, knowing
+  its wait), so under queueing it is optimistic. A scale changes the cost only where the
+  projector's tokens follow the frame's size (idefics3 tiles); LLaVA's ``mlp`` resizes every
+  frame to its tile, so there ``fit`` is the frame or text-only.
 
 The frame a command plans with is the newest recorded at its arrival (a stream without frames:
 one taken at the command's send). Its age at the receiver is then that frame's age at the
@@ -27,8 +36,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,10 +53,13 @@ from robot_latency.planner.target_sim import SimCommand, TargetAnswer, margin_ms
 from robot_latency.planner.untimed import UntimedPass
 from robot_latency.streams import CommandStream
 
-__all__ = ["IMAGE_POLICIES", "ImageLevel", "ImageSetting", "frame_age", "image_commands"]
+__all__ = ["DEFAULT_FIT_SCALES", "IMAGE_POLICIES", "ImageLevel", "ImageSetting", "frame_age",
+           "image_commands"]
 
 #: What a cycle does with the camera frame (the module's docstring).
-IMAGE_POLICIES = ("every", "reuse")
+IMAGE_POLICIES = ("every", "reuse", "fit")
+#: The frame's scales ``fit`` tries, largest first, unless told.
+DEFAULT_FIT_SCALES = (1.0, 0.75, 0.5, 0.25)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class ImageSetting:
             file): set per level from the model's facts.
         max_frame_age_ms: a plan from a frame older than this at the receiver is stale; None:
             no limit.
+        fit_scales: the frame's scales ``fit`` tries (each in (0, 1]), largest first.
     """
 
     tower: VisionTower
@@ -68,10 +82,14 @@ class ImageSetting:
     frame_px: tuple[int, int] = DEFAULT_FRAME_PX
     project_to_model: bool = False
     max_frame_age_ms: float | None = None
+    fit_scales: tuple[float, ...] = DEFAULT_FIT_SCALES
 
     def __post_init__(self) -> None:
         if self.policy not in IMAGE_POLICIES:
             raise ValueError(f"image policy {self.policy!r}: one of {', '.join(IMAGE_POLICIES)}")
+        if not self.fit_scales or not all(0 < x <= 1 for x in self.fit_scales):
+            raise ValueError(f"fit_scales={self.fit_scales!r}: each in (0, 1]")
+        object.__setattr__(self, "fit_scales", tuple(sorted(set(self.fit_scales), reverse=True)))
         if self.max_frame_age_ms is not None and not self.max_frame_age_ms > 0:
             raise ValueError(f"max_frame_age_ms={self.max_frame_age_ms!r}: must be > 0")
 
@@ -88,6 +106,11 @@ class ImageSetting:
                              "tower as an mmproj file")
         return replace(self.tower, projection_dim=int(model.hidden))
 
+    def scaled_px(self, scale: float) -> tuple[int, int]:
+        """The frame downscaled by ``scale`` (at least one pixel a side)."""
+        w, h = self.frame_px
+        return max(1, round(w * scale)), max(1, round(h * scale))
+
 
 @dataclass(frozen=True)
 class ImageLevel:
@@ -101,6 +124,8 @@ class ImageLevel:
         frame_offset_ms: per command id, its frame's age at the command's arrival (ms).
         paid: command ids whose cycle encoded and prefilled a frame.
         static_frame: the stream has no frames: one static frame was assumed.
+        frame_px_used: ``fit``: per command that encoded a frame, the frame's size it used.
+        text_only: ``fit``: command ids that planned text-only (no scale fitted).
     """
 
     cmds: list[SimCommand]
@@ -110,6 +135,8 @@ class ImageLevel:
     frame_offset_ms: dict[str, float]
     paid: tuple[str, ...]
     static_frame: bool
+    frame_px_used: dict[str, tuple[int, int]] = field(default_factory=dict)
+    text_only: tuple[str, ...] = ()
 
     def facts(self) -> dict[str, Any]:
         """The ``vision`` entry of the answer's facts: the frame's cost, the policy, the image's
@@ -127,7 +154,12 @@ class ImageLevel:
                 "text_ttft_ms_total": text_ms,
                 "image_share_of_ttft": (with_ms - text_ms) / with_ms if with_ms > 0 else 0.0,
                 "vision_calibrated": v.vision_calibrated, "vision_status": v.vision_status,
-                "max_frame_age_ms": self.setting.max_frame_age_ms}
+                "max_frame_age_ms": self.setting.max_frame_age_ms,
+                "fit": None if self.setting.policy != "fit" else {
+                    "scales": list(self.setting.fit_scales),
+                    "frames_at_px": {f"{w}x{h}": n for (w, h), n in sorted(
+                        Counter(self.frame_px_used.values()).items(), reverse=True)},
+                    "text_only": len(self.text_only)}}
 
 
 def _frame_keys(stream: CommandStream, speed: float) -> tuple[list[int | None], list[float]]:
@@ -146,39 +178,72 @@ def _frame_keys(stream: CommandStream, speed: float) -> tuple[list[int | None], 
 
 
 def image_commands(stream: CommandStream, untimed: UntimedPass, steps: StepPredictor,
-                   image: ImageSetting, *, speed: float = 1.0) -> ImageLevel:
+                   image: ImageSetting, *, speed: float = 1.0,
+                   rules: RunSettings | None = None) -> ImageLevel:
     """:func:`~robot_latency.planner.target_sim.sim_commands` with the camera frame.
+
+    ``rules``: the target's loop rules (the deadline and margins ``fit`` fits a frame into;
+    required for it).
 
     Raises:
         UntimedError: a command of the stream has no entry in the pass.
         FloorError: a device without a FLOP/s figure, or a model of unknown width.
+        ValueError: policy ``fit`` without ``rules``.
     """
+    if image.policy == "fit" and rules is None:
+        raise ValueError("image policy fit: the target's loop rules are needed")
     text = sim_commands(stream, untimed, steps, speed=speed)
-    vision = predict_vision(image.tower_for(steps.model), steps.model, steps.device,
-                            steps.calibration, frame_px=image.frame_px)
-    tokens = vision.image_tokens
+    tower = image.tower_for(steps.model)
+    vision = predict_vision(tower, steps.model, steps.device, steps.calibration,
+                            frame_px=image.frame_px)
+    scales = [vision] if image.policy != "fit" else [
+        vision if s == 1.0 else predict_vision(tower, steps.model, steps.device,
+                                               steps.calibration, frame_px=image.scaled_px(s))
+        for s in image.fit_scales]
+    room_ms = rules.deadline_ms - margin_ms(rules) \
+        if image.policy == "fit" and rules is not None else math.inf
     facts = untimed.by_id()
     keys, ages = _frame_keys(stream, speed)
     out: list[SimCommand] = []
     offsets: dict[str, float] = {}
     paid: list[str] = []
-    last: int | None = None
+    used: dict[str, tuple[int, int]] = {}
+    text_only: list[str] = []
+    last: tuple[int, VisionPrediction] | None = None  # the frame in the KV cache, and its cost
     for c, key, age in zip(text, keys, ages, strict=True):
         if not c.asked or key is None:
             out.append(c)
             continue
         u = facts[c.command_id]
+        if image.policy != "every" and last is not None and last[0] == key:
+            seen, pays = last[1], False  # the same frame: its image tokens are cached
+        else:
+            seen = next((v for v in scales if _cycle_ms(v, u, steps) <= room_ms), None)
+            pays = seen is not None
+        if seen is None:
+            text_only.append(c.command_id)  # no scale fits: the cycle plans without the frame
+            out.append(c)
+            continue
         offsets[c.command_id] = age
-        pays = image.policy == "every" or key != last
         if pays:
             paid.append(c.command_id)
-            last = key
-        p = steps.predict(u.uncached_prompt_tokens + (tokens if pays else 0),
-                          context_tokens=u.prompt_tokens + tokens)
+            used[c.command_id] = seen.frame_px
+            last = (key, seen)
+        p = steps.predict(u.uncached_prompt_tokens + (seen.image_tokens if pays else 0),
+                          context_tokens=u.prompt_tokens + seen.image_tokens)
         out.append(replace(c, ttft_ms=p.ttft_ms, itl_ms=p.itl_ms, itl_floor_ms=p.itl_floor_ms,
                            ttft_floor_ms=p.ttft_floor_ms,
-                           encode_ms=vision.encode_ms if pays else 0.0))
-    return ImageLevel(out, text, vision, image, offsets, tuple(paid), not stream.frames)
+                           encode_ms=seen.encode_ms if pays else 0.0))
+    return ImageLevel(out, text, vision, image, offsets, tuple(paid), not stream.frames,
+                      used if image.policy == "fit" else {}, tuple(text_only))
+
+
+def _cycle_ms(vision: VisionPrediction, u: Any, steps: StepPredictor) -> float:
+    """A command's whole cycle with a new frame of ``vision``'s cost (point prediction): the
+    encode, the TTFT with its image tokens, then the plan's decode."""
+    p = steps.predict(u.uncached_prompt_tokens + vision.image_tokens,
+                      context_tokens=u.prompt_tokens + vision.image_tokens)
+    return vision.encode_ms + p.ttft_ms + max(0, u.tokens_out - 1) * p.itl_ms
 
 
 def image_budget(level: ImageLevel, steps: StepPredictor, rules: RunSettings,

@@ -71,14 +71,14 @@ def prepare_levels(levels: Sequence[tuple[str, TargetInputs, RunSettings | None]
     for label, inputs, rules in levels:
         steps = inputs.predictor()
         level = None
+        target, source = target_rules(rules or inputs.settings,
+                                      transport_margin_ms=transport_margin_ms)
         if image is None:
             cmds = sim_commands(inputs.stream, inputs.untimed, steps, speed=inputs.speed)
         else:
             level = image_commands(inputs.stream, inputs.untimed, steps, image,
-                                   speed=inputs.speed)
+                                   speed=inputs.speed, rules=target)
             cmds = level.cmds
-        target, source = target_rules(rules or inputs.settings,
-                                      transport_margin_ms=transport_margin_ms)
         out.append(PreparedLevel(label, inputs, target, source, steps, cmds, level))
     return out
 
@@ -202,8 +202,9 @@ def vision_lines(answers: Sequence[TargetAnswer]) -> list[str]:
         policy = {v["policy"] for _, v in seen}
         lines.append("The stream has no camera frames: one static scene is assumed, its frame "
                      "taken at each command's send" + (
-                         "; with --image-policy reuse only the first command encodes it and the "
-                         "rest reuse its image tokens" if "reuse" in policy else "") + ".")
+                         "; with --image-policy reuse or fit only the first command encodes it "
+                         "and the rest reuse its image tokens" if policy & {"reuse", "fit"}
+                         else "") + ".")
     lines.append("")
     for a, v in seen:
         w, h = v["frame_px"]
@@ -216,13 +217,23 @@ def vision_lines(answers: Sequence[TargetAnswer]) -> list[str]:
                      f"{w}x{h} frame: {v['image_tokens']} image tokens, encode "
                      f"{v['encode_ms']:.1f} ms + image prefill {v['image_prefill_ms']:.1f} ms "
                      f"a frame; policy {v['policy']}: {v['frames_paid']} of "
-                     f"{v['commands_asked']} commands encode a frame; {age}.")
+                     f"{v['commands_asked']} commands encode a frame{_fit_words(v)}; {age}.")
     lines += ["", "Frame age: the frame's age at the command's arrival plus the plan's e2e "
               "(publish and transport not added)." + (
                   " The token budget counts a new frame's encode and image tokens beside the "
                   "uncached text tokens it names."
                   if any(v["policy"] == "every" for _, v in seen) else "")]
     return lines
+
+
+def _fit_words(v: dict[str, Any]) -> str:
+    """Policy ``fit``: the frame sizes encoded and the commands planned text-only."""
+    fit = v.get("fit")
+    if not fit:
+        return ""
+    sizes = ", ".join(f"{n} at {px}" for px, n in fit["frames_at_px"].items())
+    return (f" ({sizes or 'none'}; {fit['text_only']} planned text-only, no frame size "
+            "fitting the deadline)")
 
 
 def _pct(x: float) -> str:

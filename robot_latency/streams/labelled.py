@@ -22,7 +22,8 @@ from robot_latency.profiles.labels import LABELS_NAME, REFUSE_LABEL
 from robot_latency.streams.arrivals import make_stream_file
 from robot_latency.streams.shipped import SHIPPED_STREAMS, StreamSpec, pick_texts
 
-__all__ = ["REFUSE_SHARE", "corpus_label", "make_labelled_streams", "mix_refusals"]
+__all__ = ["REFUSE_SHARE", "corpus_label", "corpus_truth", "make_labelled_streams", "mix_refusals",
+           "write_corpus_labels"]
 
 #: Share of a shipped stream's commands that are off-vocabulary (labelled ``refuse``).
 REFUSE_SHARE = 0.2
@@ -57,7 +58,7 @@ def make_labelled_streams(out_dir: Path | str, corpus: Corpus, *,
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    truth = {c.text: corpus_label(c) for c in (*corpus.heldout, *corpus.refuse_heldout)}
+    truth = corpus_truth(corpus)
     in_domain = [c.text for c in corpus.heldout]
     refusals = [c.text for c in corpus.refuse_heldout]
     paths = []
@@ -67,7 +68,20 @@ def make_labelled_streams(out_dir: Path | str, corpus: Corpus, *,
         path = make_stream_file(out_dir / spec.name, texts, process=spec.process,
                                 rate_hz=spec.rate_hz, seed=spec.seed, storage=storage,
                                 burst_size=spec.burst_size, burst_gap_s=spec.burst_gap_s)
-        lines = [json.dumps({"text": t, "expected": truth[t]}) for t in dict.fromkeys(texts)]
-        (path / LABELS_NAME).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_corpus_labels(path, texts, truth)
         paths.append(path)
     return paths
+
+
+def corpus_truth(corpus: Corpus) -> dict[str, object]:
+    """Every held-out text of ``corpus`` (in-domain and off-vocabulary) -> its label."""
+    return {c.text: corpus_label(c) for c in (*corpus.heldout, *corpus.refuse_heldout)}
+
+
+def write_corpus_labels(bag: Path, texts: Sequence[str], truth: dict[str, object]) -> Path:
+    """Write ``bag/labels.jsonl``: one ``{"text", "expected"}`` per distinct text of ``texts``
+    (each a key of ``truth``, :func:`corpus_truth`)."""
+    lines = [json.dumps({"text": t, "expected": truth[t]}) for t in dict.fromkeys(texts)]
+    path = bag / LABELS_NAME
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -20,7 +20,12 @@ from robot_latency.models.mmproj import SHAPES
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.target_image import ImageSetting, frame_age, image_commands
 from robot_latency.planner.target_inputs import TargetInputs, untimed_inputs
-from robot_latency.planner.target_sim import min_deadline_ms, sim_commands, target_answer
+from robot_latency.planner.target_sim import (
+    margin_ms,
+    min_deadline_ms,
+    sim_commands,
+    target_answer,
+)
 from robot_latency.report.target_answer import answers_from_inputs
 from robot_latency.streams import SHIPPED_DIR, read_stream, write_jsonl
 from robot_latency.streams.scene import frame_times_ns, scene_frames
@@ -178,3 +183,100 @@ def test_predict_stream_prints_the_image_share_and_vision_uncalibrated(
     assert 0 < v["image_share_of_ttft"] < 1
     assert main(common) == 0
     assert "Image share" not in capsys.readouterr().out
+    # fit on a 1280x960 frame (7 chunks at full size) with a tight deadline: smaller frames,
+    # and the count of each, in the answer
+    fit_args = [*common, "--vision-tower", "siglip-b16-512", "--frame-px", "1280x960",
+                "--image-policy", "fit", "--fit-scales", "1", "0.5"]
+    assert main(fit_args) == 0
+    line, = [x for x in capsys.readouterr().out.splitlines() if "policy fit:" in x]
+    assert "planned text-only, no frame size fitting the deadline" in line
+    assert main([*fit_args, "--json"]) == 0
+    level, = json.loads(capsys.readouterr().out)["levels"]
+    v = level["facts"]["vision"]
+    assert v["fit"]["scales"] == [1.0, 0.5]
+    assert set(v["fit"]["frames_at_px"]) <= {"1280x960", "640x480"}
+    assert sum(v["fit"]["frames_at_px"].values()) == v["frames_paid"]
+    assert v["frames_paid"] + v["fit"]["text_only"] <= v["commands_asked"]
+
+
+def _framed(inputs: TargetInputs):
+    """The stream with a new frame just before each command: every asked command sees a new
+    one, so ``fit`` decides for each."""
+    stream = inputs.stream
+    return replace(stream, frames=scene_frames([c.t_ns - 10**6 for c in stream.commands],
+                                                 seed=2))
+
+
+def test_fit_sees_each_new_frame_at_the_largest_size_that_fits_else_plans_text_only(
+        inputs: TargetInputs) -> None:
+    """Per command, fit's choice against the same command costed with ``every`` at each of the
+    frame sizes: the size it used fits the deadline less the margins, every larger one does
+    not; a command planned text-only fits at no size; a deadline in between makes both
+    happen. Its answer is never worse than ``every``'s."""
+    steps = inputs.predictor()
+    stream = _framed(inputs)
+    tower = _tower("siglip-b16-512")
+    scales = (1.0, 0.75, 0.5)
+    # idefics3 tiles the frame: a 1280x960 one is 6 tiles and the global view, 960x720 two and
+    # 640x480 one (each side rounded to whole 512-px tiles)
+    base = ImageSetting(tower, project_to_model=True, frame_px=(1280, 960))
+    sizes = [base.scaled_px(s) for s in scales]
+    every = {px: image_commands(stream, inputs.untimed, steps,
+                                replace(base, frame_px=px), speed=3.0) for px in sizes}
+    text = sim_commands(stream, inputs.untimed, steps, speed=3.0)
+    asked = [i for i, c in enumerate(text) if c.asked]
+    # the deadline: a third of the commands fit at full size (the rest need a smaller frame)
+    full = sorted(every[sizes[0]].cmds[i].service_ms for i in asked)
+    assert all(every[sizes[1]].cmds[i].service_ms < every[sizes[0]].cmds[i].service_ms
+               for i in asked)  # a smaller frame costs less
+    rules = replace(inputs.settings,
+                    deadline_ms=margin_ms(inputs.settings) + full[len(asked) // 3])
+    room = rules.deadline_ms - margin_ms(rules)
+    fit = image_commands(stream, inputs.untimed, steps,
+                         replace(base, policy="fit", fit_scales=scales), speed=3.0,
+                         rules=rules)
+    assert len(fit.paid) + len(fit.text_only) == len(asked)
+    for i in asked:
+        cid = text[i].command_id
+        if cid in fit.text_only:
+            assert fit.cmds[i] == text[i]
+            assert all(every[px].cmds[i].service_ms > room for px in sizes)
+            continue
+        px = fit.frame_px_used[cid]
+        k = sizes.index(px)
+        assert fit.cmds[i] == every[px].cmds[i] and fit.cmds[i].service_ms <= room
+        assert all(every[bigger].cmds[i].service_ms > room for bigger in sizes[:k])
+    used = set(fit.frame_px_used.values())
+    assert sizes[0] in used and len(used) > 1  # some at full size, some downscaled
+    facts = fit.facts()["fit"]
+    assert sum(facts["frames_at_px"].values()) == len(fit.paid)
+    assert facts["text_only"] == len(fit.text_only)
+    a_every = target_answer("e", every[sizes[0]].cmds, steps, rules, draws=200, curve=False)
+    a_fit = target_answer("f", fit.cmds, steps, rules, draws=200, curve=False)
+    assert a_fit.miss_rate <= a_every.miss_rate
+    assert a_fit.e2e_p50_ms <= a_every.e2e_p50_ms
+
+
+def test_fit_is_reuse_when_everything_fits_and_text_only_when_nothing_does(
+        inputs: TargetInputs) -> None:
+    steps = inputs.predictor()
+    stream = _framed(inputs)
+    base = ImageSetting(_tower("clip-l14-336"), project_to_model=True)
+    reuse = image_commands(stream, inputs.untimed, steps, replace(base, policy="reuse"),
+                           speed=3.0)
+    roomy = image_commands(stream, inputs.untimed, steps, replace(base, policy="fit"),
+                           speed=3.0, rules=replace(inputs.settings, deadline_ms=10**7))
+    assert roomy.cmds == reuse.cmds and roomy.paid == reuse.paid and not roomy.text_only
+    # LLaVA's projector resizes every frame to its tile: a smaller frame costs the same
+    assert set(roomy.frame_px_used.values()) == {base.frame_px}
+    tight = image_commands(stream, inputs.untimed, steps, replace(base, policy="fit"),
+                           speed=3.0, rules=replace(inputs.settings, deadline_ms=1.0
+                                                    + margin_ms(inputs.settings)))
+    text = sim_commands(stream, inputs.untimed, steps, speed=3.0)
+    assert tight.cmds == text and not tight.paid
+    assert tight.text_only == tuple(c.command_id for c in text if c.asked)
+    assert tight.frame_offset_ms == {}  # no plan answers a frame
+    with pytest.raises(ValueError, match="rules"):
+        image_commands(stream, inputs.untimed, steps, replace(base, policy="fit"), speed=3.0)
+    with pytest.raises(ValueError, match="fit_scales"):
+        ImageSetting(base.tower, fit_scales=(1.0, 1.5))

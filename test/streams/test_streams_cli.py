@@ -18,6 +18,10 @@ def test_make_a_stream(tmp_path: Path) -> None:
     stream = read_stream(out)
     assert len(stream.commands) == 12 and stream.topic == "/planner/command"
     assert all(c.text.strip() for c in stream.commands)
+    # the corpus's labels beside it: one per distinct text, each a plan of the action language
+    labels = [json.loads(line) for line in (out / "labels.jsonl").read_text().splitlines()]
+    assert {x["text"] for x in labels} == {c.text for c in stream.commands}
+    assert all(x["expected"]["steps"] for x in labels)
 
 
 def test_shipped_streams_are_reproducible(tmp_path: Path) -> None:

@@ -111,6 +111,10 @@ class CycleRecord:
     ``frame_stamp_ns`` is the header stamp (ROS clock, ns) of the camera frame that was newest
     when the cycle started (the frame it plans with), ``frame_age_ms`` that frame's age then
     (cycle start minus its stamp); both None for a text-only node or before the first frame.
+    ``image`` is what the frame cost the model where the engine has a vision tower
+    (:mod:`robot_latency.engines.llama_image`): ``tokens``, ``chunks``, ``key`` and ``reused``
+    (already in the KV cache: no ``image_encode`` or ``image_prefill`` phase this cycle); None
+    for a text-only cycle.
     """
 
     run_id: str
@@ -158,6 +162,7 @@ class CycleRecord:
     data_ns: int | None = None
     frame_stamp_ns: int | None = None
     frame_age_ms: float | None = None
+    image: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.plan_source not in PLAN_SOURCES:
@@ -171,11 +176,12 @@ class CycleRecord:
         if self.token_ns and self.token_ns[0] < self.scheduled_ns:
             raise RecordError(f"cycle {self.cycle}: first token before the cycle was scheduled")
 
-    def take_frame(self, frame: tuple[int, int] | None) -> None:
+    def take_frame(self, frame: tuple[Any, ...] | None) -> None:
         """Plan with the camera frame ``frame`` (its header stamp, its stamp on the loop's
-        clock): its stamps and its age at the cycle's start go in; None changes nothing."""
+        clock, and anything after: the image): its stamps and its age at the cycle's start go
+        in; None changes nothing."""
         if frame is not None and self.started_ns is not None:
-            self.frame_stamp_ns, self.data_ns = frame
+            self.frame_stamp_ns, self.data_ns = frame[0], frame[1]
             self.frame_age_ms = (self.started_ns - frame[1]) / 1e6
 
     # --- derived durations (ns, exact) -------------------------------------------------------

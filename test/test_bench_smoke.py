@@ -54,7 +54,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
                "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
-               "cold_start.py", "untimed_batch.py"}
+               "cold_start.py", "untimed_batch.py", "vision_loop.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -229,6 +229,19 @@ def test_vision_cost(tmp_path: Path) -> None:
         assert Path(tower["mmproj"]).is_file()
         assert tower["median"]["n"] == 1 == len(tower["frames"])
         assert tower["median"]["encode_ms"] > 0 and tower["median"]["image_prefill_ms"] > 0
+
+
+def test_vision_loop(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "vision_loop.py", "--smoke")
+    s = doc["summary"]
+    assert {p: s[p]["cycles"] for p in s} == {"text": 3, "every": 3, "reuse": 3}
+    # each new frame is encoded; one reused frame only once; none without a frame
+    assert (s["text"]["frames_encoded"], s["every"]["frames_encoded"],
+            s["reuse"]["frames_encoded"]) == (0, 3, 1)
+    assert s["every"]["image_tokens"] == s["reuse"]["image_tokens"] == 16
+    reused = [c for c in doc["cycles"]["reuse"] if c["reused"]]
+    assert len(reused) == 2 and all(c["image_prefill_ms"] is None for c in reused)
+    assert all(c["image_encode_ms"] > 0 for c in doc["cycles"]["every"])
 
 
 def test_vision_predict(tmp_path: Path) -> None:

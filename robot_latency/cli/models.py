@@ -101,6 +101,37 @@ def cmd_models_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_mmproj(args: argparse.Namespace) -> int:
+    from robot_latency.models.bundled import BundledModelError, bundled_model_path
+    from robot_latency.models.mmproj import MmprojError, at_resolution, tower_shape, write_mmproj
+
+    lm = Path(args.model)
+    if not lm.is_file():
+        try:
+            lm = bundled_model_path(args.model)
+        except BundledModelError as err:
+            raise UsageError(f"--model {args.model}: no such file, nor a shipped model "
+                             f"({err})") from None
+    try:
+        shape = tower_shape(args.tower)
+    except MmprojError as err:
+        raise UsageError(f"--tower: {err}") from None
+    try:
+        if args.image_px is not None:
+            shape = at_resolution(shape, args.image_px)
+    except MmprojError as err:
+        raise UsageError(f"--image-px {args.image_px}: {err}") from None
+    try:
+        path = write_mmproj(shape, Path(args.out or f"{shape.name}.mmproj.gguf"), lm_path=lm)
+    except MmprojError as err:
+        raise UsageError(f"--model {lm}: {err}") from None
+    echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {shape.name} "
+         f"({shape.projector}, {shape.image_size_px} px, {shape.tokens_per_tile} tokens a tile) "
+         f"projecting to {lm.name}'s width; untrained weights: the times are real, the image "
+         "means nothing to the model")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``robot-latency`` parser."""
     p = sub.add_parser("models", help="build the quantization ladder, inflated and synthetic "
@@ -139,5 +170,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     mp.add_argument("--out", default=None)
     mp.add_argument("--seed", type=int, default=0)
     mp.set_defaults(func=cmd_models_synth)
+    mp = msub.add_parser("mmproj", help="a vision tower (mmproj GGUF) for a model: planner_node "
+                                        "-p mmproj:=FILE times the frame in the loop")
+    mp.add_argument("--tower", default="tiny-mlp",
+                    help="clip-l14-336, siglip-b16-512, tiny-mlp or tiny-shuffle "
+                         "(default %(default)s)")
+    mp.add_argument("--image-px", type=int, default=None, help="the tower's tile side")
+    mp.add_argument("--model", default="planner",
+                    help="the language model it projects into: a GGUF or a shipped model name "
+                         "(default %(default)s)")
+    mp.add_argument("--out", default=None, help="default: <tower>.mmproj.gguf")
+    mp.set_defaults(func=cmd_models_mmproj)
     onnx.register_models(msub)
 

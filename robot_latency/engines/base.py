@@ -69,6 +69,25 @@ def note_tokens(abort: AbortSignal | None, tokens: int) -> None:
 
 
 @dataclass(frozen=True)
+class FrameImage:
+    """A camera frame a generation sees (an engine with a vision tower; others ignore it).
+
+    Args:
+        key: the frame's identity: the same key is the same image (the engine's frame cache).
+        data: the image file's bytes (PNG or JPEG), or empty when ``rgb`` is given.
+        width: ``rgb``'s width in pixels.
+        height: ``rgb``'s height in pixels.
+        rgb: packed 8-bit RGB pixels (a raw camera image), or empty.
+    """
+
+    key: str
+    data: bytes = b""
+    width: int = 0
+    height: int = 0
+    rgb: bytes = b""
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One generation at batch 1.
 
@@ -90,6 +109,8 @@ class GenerationRequest:
         messages: the same prompt as chat turns ``(role, content)`` (system, examples, the
             command), for an engine that sends messages to a server which applies its own chat
             template; empty: not given.
+        image: the camera frame, between the prefix and the per-cycle part (an engine with a
+            vision tower; None: text only).
     """
 
     prompt: str
@@ -102,6 +123,7 @@ class GenerationRequest:
     seed: int = 0
     complete: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
+    image: FrameImage | None = None
 
     @property
     def full_prompt(self) -> str:
@@ -120,6 +142,9 @@ class GenerationTrace:
     the request (URL, API, chunks, token counts, finish reason); ``fault`` is the fallback reason
     of a failed generation where the engine knows a better one than ``engine_error``
     (``server_unreachable``, ``server_error``, ``server_malformed``, ``invalid_output``).
+    ``image`` is what the frame took (:mod:`robot_latency.engines.llama_image`): its tokens and
+    chunks, whether the KV cache already held it (``reused``) and ``layout_ns``, the part of the
+    ``image_encode`` phase spent reading and tokenizing it before the prompt was tokenized.
     """
 
     started_ns: int
@@ -137,18 +162,28 @@ class GenerationTrace:
     draft: dict[str, Any] | None = None
     server: dict[str, Any] | None = None
     fault: str | None = None
+    image: dict[str, Any] | None = None
 
     @property
     def tokenize_ns(self) -> int | None:
-        """Time spent tokenizing the prompt."""
-        return None if self.tokenized_ns is None else self.tokenized_ns - self.started_ns
+        """Time spent tokenizing the prompt (a frame's layout is in ``image_encode``)."""
+        if self.tokenized_ns is None:
+            return None
+        return self.tokenized_ns - self.started_ns - self._image("layout_ns")
 
     @property
     def prefill_ns(self) -> int | None:
-        """Time from tokenized to the last prefill chunk."""
+        """Time from tokenized to the last prefill chunk, less the frame's encode and image
+        prefill (their own phases)."""
         if self.tokenized_ns is None or not self.prefill_chunk_ns:
             return None
-        return self.prefill_chunk_ns[-1] - self.tokenized_ns
+        extra = self.phases_extra_ns
+        image_ns = (extra.get("image_encode", 0) - self._image("layout_ns")
+                    + extra.get("image_prefill", 0))
+        return self.prefill_chunk_ns[-1] - self.tokenized_ns - image_ns
+
+    def _image(self, key: str) -> int:
+        return int((self.image or {}).get(key, 0))
 
     @property
     def decode_ns(self) -> int | None:

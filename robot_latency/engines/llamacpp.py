@@ -43,6 +43,7 @@ from robot_latency.engines.generate import (
     shared_prefix_len,
     tokenized,
 )
+from robot_latency.engines.llama_image import frame_block, frame_into_kv, open_frames
 from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig, verify_batch_tokens
 from robot_latency.llama_load import load_policy, open_llama
 
@@ -117,6 +118,7 @@ class LlamaCppEngine(ClosesOnExit):
         self._prefix_tokens: list[int] = []
         if config.warm_prefix:
             self._warm(config.warm_prefix)
+        self.frames = open_frames(self.llm, path, config, clock)
         self.drafter: Any = None
         if config.draft == "model":
             from robot_latency.engines.speculative import DraftModelDrafter
@@ -249,13 +251,19 @@ class LlamaCppEngine(ClosesOnExit):
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
         clock, llm, cfg = self.clock, self.llm, self.config
-        if request.prefix:
-            tokens = self._prefix(request.prefix) + llm.tokenize(
+        block = frame_block(self, request, trace)
+        if request.prefix or block is not None:
+            head = self._prefix(request.prefix) if request.prefix else [llm.token_bos()]
+            tokens = head + (block.tokens if block is not None else []) + llm.tokenize(
                 request.prompt.encode("utf-8"), add_bos=False, special=True)
         else:
             tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
         tokenized(trace, clock, tokens, request, self.n_ctx, f"the context of {self.n_ctx}")
         keep = self._reuse_prefix(tokens)
+        if block is not None:
+            keep = frame_into_kv(self, request, trace, tokens, len(head), block, keep)
+            if keep is None:
+                return
         trace.prefix_cache_tokens = keep
         # Prefill, chunk by chunk; the callback is armed for the whole prefill.
         self._arm(request.deadline_ns is not None or abort is not None)
@@ -400,6 +408,8 @@ class LlamaCppEngine(ClosesOnExit):
             self._arm(False)
             if self.drafter is not None:
                 self.drafter.close()
+            if self.frames is not None:
+                self.frames.close()
             self.llm.close()
 
 

@@ -44,6 +44,9 @@ class LlamaCppConfig:
         extra_bufts: llama.cpp's extra buffer types (REPACK, AMX): "auto" turns them off where
             the loaded llama.cpp has AMX kernels, whose path segfaults in decode, and keeps them
             elsewhere; "on" or "off" forces (robot_latency.llama_load).
+        mmproj_path: a vision tower (an mmproj GGUF for libmtmd) beside the model: a request's
+            camera frame is encoded and kept in the KV cache between the prefix and the cycle's
+            text (robot_latency.engines.llama_image); "" = text only.
     """
 
     model_path: str = ""
@@ -67,6 +70,7 @@ class LlamaCppConfig:
     max_suffix_tokens: int = 0
     max_new_tokens: int = 0
     extra_bufts: str = "auto"
+    mmproj_path: str = ""
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> EngineError:
@@ -92,6 +96,8 @@ class LlamaCppConfig:
             raise bad("draft_model_path", "is required when draft='model'")
         if not 1 <= self.draft_k <= 32:
             raise bad("draft_k", "must be in 1..32")
+        if self.mmproj_path and self.draft:
+            raise bad("draft", "speculative decoding is text only: not with mmproj_path")
 
 
 def verify_batch_tokens(config: LlamaCppConfig) -> int:

@@ -86,6 +86,8 @@ class RunSettings:
         profile: planner profile, shipped name or YAML path (None: ``bundled-actions``).
         draft_model: draft GGUF for speculative decoding (llamacpp only).
         draft_k: tokens drafted per round (0: the engine's default).
+        mmproj: a vision tower (mmproj GGUF) beside the model (llamacpp only): each cycle's
+            camera frame is encoded and kept in the KV cache (engines/llama_image.py).
         target_device: the device the predictions are for (the sim engine simulates it).
         n_threads: decode threads (0: the builder's default).
         n_threads_batch: prefill threads (0: the builder's default).
@@ -130,6 +132,7 @@ class RunSettings:
     profile: str | None = None
     draft_model: str | None = None
     draft_k: int = 0
+    mmproj: str | None = None
     target_device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     n_threads_batch: int = 0

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
-from robot_latency.engines.base import GenerationRequest, GenerationTrace, StopReason
+from robot_latency.engines.base import FrameImage, GenerationRequest, GenerationTrace, StopReason
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
 from robot_latency.planner.mailbox import (
@@ -108,8 +108,9 @@ class PlannerLoop:
         self.clock, self.planning = clock, planning
         self.run_id, self.floor = run_id or uuid.uuid4().hex[:12], floor
         #: the newest camera frame, read at each cycle's start: (its header stamp, its stamp
-        #: on this clock), or None (text only; :meth:`CycleRecord.take_frame`)
-        self.frame_source: Callable[[], tuple[int, int] | None] | None = None
+        #: on this clock, its image or None), or None (text only; CycleRecord.take_frame)
+        self.frame_source: Callable[[], tuple[int, int, FrameImage | None] | None] | None = None
+        self._image: FrameImage | None = None  # the cycle's frame, for a vision tower
         self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
         self.fallback = FallbackChain.of_run(config.fallback,
@@ -193,7 +194,9 @@ class PlannerLoop:
         if first_for_command and command is not None:
             rec.command_sent_ns = command.sent_ns
         rec.data_ns = command.stamp_ns if command is not None else scheduled_ns  # plan's stamp
-        rec.take_frame(self.frame_source() if self.frame_source is not None else None)
+        frame = self.frame_source() if self.frame_source is not None else None
+        rec.take_frame(frame)
+        self._image = frame[2] if frame is not None else None
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
@@ -255,10 +258,9 @@ class PlannerLoop:
             log.error("cycle %d: publish failed: %r", cycle, err)
             rec.engine_error = (rec.engine_error or "") + f" publish failed: {err!r}"
         rec.phases_ns["publish"] = self.clock() - published
-        # How late the loop itself published after its give-up time (wake-up, parse or
-        # fallback, publish call): past the publish margin it ate into the transport's, in any
-        # cycle that started before it (a later start is queueing). Waking at it is the learned
-        # publish margin's sample.
+        # How late the loop published after its give-up time (wake-up, parse or fallback,
+        # publish call): past the publish margin it ate into the transport's, in any cycle that
+        # started before it. Waking at it is the learned publish margin's sample.
         if self._waited_to_give_up and self.publish_margin.measured:
             self.publish_margin.add(published - give_up)
         if started < give_up and self.transport.measured:
@@ -282,7 +284,8 @@ class PlannerLoop:
                                     max_tokens=self.max_tokens, deadline_ns=give_up_ns,
                                     grammar=self.grammar, stop=self.planning.stop,
                                     complete=self.planning.contract.kind,
-                                    messages=self.planning.messages(text, state))
+                                    messages=self.planning.messages(text, state),
+                                    image=self._image)
         interrupt = self.newer_command_waiting \
             if self.config.on_new_command == "preempt" and self.config.mode == "event" else None
         interrupt = withdrawal_interrupt(self.withdrawals, rec.command_id, interrupt)
@@ -321,13 +324,10 @@ class PlannerLoop:
         """Copy the partial trace of a generation given up on into its record.
 
         Called after the plan is published, so it costs no cycle its deadline: the worker's
-        engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort
-        latency during a long prefill") with the trace so far (prefill chunks, tokens), later
-        on a loaded machine where the niced worker waits for a core. Waits at most
-        :attr:`partial_trace_wait_ns` (and in periodic mode not past the tick after
-        ``tick_ns``, this cycle's); a worker
-        that does not answer by then is the next cycle's to wait for, and the record keeps what
-        it has.
+        engine answers an abort within milliseconds (docs/BENCHMARKS.md, "Engine: abort latency
+        during a long prefill"), later on a loaded machine. Waits at most
+        :attr:`partial_trace_wait_ns` (in periodic mode not past the tick after ``tick_ns``'s);
+        a worker that does not answer by then is the next cycle's to wait for.
         """
         if not self._partial_pending:
             return
@@ -347,7 +347,7 @@ class PlannerLoop:
         rec.stop_reason = trace.stop_reason.value
         rec.raw_output = trace.text
         rec.draft = trace.draft
-        rec.offboard = trace.server
+        rec.offboard, rec.image = trace.server, trace.image
         rec.phases_ns.update(trace.phases_ns())
 
     def _write(self, rec: CycleRecord) -> None:

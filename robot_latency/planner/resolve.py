@@ -163,6 +163,9 @@ def resolve_run(spec: RunSettings, *, cores: frozenset[int] | None = None
                                            f"not {engine!r}")
     if spec.draft_k and not spec.draft_model:
         raise SettingsError("draft_k", "needs a draft model")
+    if spec.mmproj and engine != "llamacpp":
+        raise SettingsError("mmproj", f"only the llamacpp engine takes a vision tower, not "
+                                      f"{engine!r}")
     options: dict[str, Any] = {}
     if engine == "openai":
         options = server_options(spec)
@@ -208,6 +211,10 @@ def resolve_run(spec: RunSettings, *, cores: frozenset[int] | None = None
                                draft_model_path=str(Path(spec.draft_model).resolve()))
                 if spec.draft_k:
                     options["draft_k"] = spec.draft_k
+            if spec.mmproj:
+                if not Path(spec.mmproj).is_file():
+                    raise SettingsError("mmproj", f"{spec.mmproj}: no such file")
+                options["mmproj_path"] = str(Path(spec.mmproj).resolve())
             if planning.prefix:
                 options["warm_prefix"] = planning.prefix
                 options["max_suffix_tokens"] = planning.longest_suffix_chars(

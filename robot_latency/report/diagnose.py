@@ -97,8 +97,8 @@ VERDICT_TOO_FEW = (f"too few samples for a tail verdict (needs at least {TAIL_MI
                    "E2E and TPOT samples each)")
 
 #: Phases in the order they run in a cycle; others follow alphabetically.
-PHASE_ORDER = ("queue", "worker_wait", "tokenize", "prefill", "decode", "grammar", "abort",
-               "fallback", "publish")
+PHASE_ORDER = ("queue", "worker_wait", "tokenize", "image_encode", "image_prefill", "prefill",
+               "decode", "grammar", "abort", "fallback", "publish")
 
 #: Quantile buckets per length axis (fewer when there are fewer distinct lengths).
 N_BUCKETS = 4

@@ -27,8 +27,9 @@ from robot_latency.records import CycleRecord
 #: Phase -> the phase it is a part of (its time is inside the parent's, not after it).
 PARENT_PHASE = {"sample": "decode", "draft": "decode", "verify": "decode", "grammar": "sample"}
 
-#: Engine phases, in the order they run.
-ENGINE_PHASES = ("tokenize", "prefill", "decode")
+#: Engine phases, in the order they run (a camera frame's encode and image prefill, where the
+#: engine has a vision tower, before the text's prefill; its layout is counted in the encode).
+ENGINE_PHASES = ("tokenize", "image_encode", "image_prefill", "prefill", "decode")
 
 
 @dataclass(frozen=True)

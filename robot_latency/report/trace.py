@@ -34,7 +34,7 @@ from typing import Any
 
 from robot_latency.planner.mcap_log import MCAP_NAME
 from robot_latency.records import CycleRecord, RecordError, read_records
-from robot_latency.report.phases import cycle_spans
+from robot_latency.report.phases import ENGINE_PHASES, cycle_spans
 from robot_latency.report.rundir import ReportError, load_run
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def run_events(records: Sequence[CycleRecord], *, pid: int, label: str, origin_n
           skipped=rec.skipped, tokens_out=rec.tokens_out)
         for s in spans:
             x(LOOP_TID, s.name, s.start_ns, s.end_ns, "phase", cycle=rec.cycle)
-        engine = [s for s in spans if s.name in ("tokenize", "prefill", "decode")
+        engine = [s for s in spans if s.name in ENGINE_PHASES
                   or s.parent in ("decode", "sample")]
         if engine:
             top = [s for s in engine if s.depth == 0]

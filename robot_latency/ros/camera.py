@@ -9,12 +9,18 @@ with the frame that was newest then, its record holds the frame's stamp and age
 frame's stamp, exactly (the ROS stamp moved onto the loop's clock and back by the same offset,
 :class:`~robot_latency.ros.cycle_stats.ClockBridge`). Empty: text only, nothing subscribed.
 
+With a vision tower (the ``mmproj`` parameter) the cycle also gets the frame's image
+(:func:`frame_image`, keyed by its header stamp): a CompressedImage's bytes as they are, an
+Image's pixels as RGB (``rgb8``, ``bgr8``, ``mono8``; another encoding plans text-only, with a
+warning once).
+
 The subscription is best effort with a short queue (sensor data QoS): it matches a reliable
 camera too, and a frame the node is too busy to take is replaced by the next one anyway.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +28,13 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 
+from robot_latency.engines.base import FrameImage
 from robot_latency.ros.cycle_stats import ClockBridge
+
+log = logging.getLogger(__name__)
+
+#: Image encodings whose pixels become the RGB a vision tower reads.
+RGB_ENCODINGS = ("rgb8", "bgr8", "mono8")
 
 
 def camera_type(topic: str) -> type[Any]:
@@ -40,6 +52,26 @@ def stamp_ns(msg: Any) -> int:
     return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
 
 
+def frame_image(msg: Any, key: str) -> FrameImage | None:
+    """A camera message as the image a vision tower reads: a CompressedImage's file bytes, an
+    Image's pixels as packed RGB; None for an Image encoding other than :data:`RGB_ENCODINGS`."""
+    if not hasattr(msg, "encoding"):  # sensor_msgs/CompressedImage: PNG or JPEG bytes
+        return FrameImage(key=key, data=bytes(msg.data))
+    if msg.encoding not in RGB_ENCODINGS:
+        return None
+    import numpy as np
+
+    w, h, step = int(msg.width), int(msg.height), int(msg.step)
+    rows = np.frombuffer(bytes(msg.data), dtype=np.uint8).reshape(h, step)
+    channels = 1 if msg.encoding == "mono8" else 3
+    px = rows[:, :w * channels].reshape(h, w, channels)
+    if msg.encoding == "bgr8":
+        px = px[:, :, ::-1]
+    elif channels == 1:
+        px = np.repeat(px, 3, axis=2)
+    return FrameImage(key=key, width=w, height=h, rgb=np.ascontiguousarray(px).tobytes())
+
+
 class CameraInput:
     """The camera subscription and the newest frame received (thread-safe: the executor writes,
     the loop's thread reads).
@@ -50,8 +82,11 @@ class CameraInput:
         clocks: the node's clock bridge (the plan stamps' own).
     """
 
-    def __init__(self, node: Node, topic: str, clocks: ClockBridge) -> None:
+    def __init__(self, node: Node, topic: str, clocks: ClockBridge, *,
+                 with_image: bool = False) -> None:
         self.clocks = clocks
+        self.with_image = with_image
+        self._warned = False
         self.msg_type = camera_type(topic)
         self._lock = threading.Lock()
         #: the newest frame (the message as received) and its header stamp (ns)
@@ -66,25 +101,36 @@ class CameraInput:
             self.frame, self.frame_stamp_ns = msg, stamp_ns(msg)
             self.frames_received += 1
 
-    def newest(self, loop_clock: Callable[[], int]) -> tuple[int, int] | None:
-        """The newest frame's header stamp and that stamp on ``loop_clock``; None before the
-        first frame."""
+    def newest(self, loop_clock: Callable[[], int]
+               ) -> tuple[int, int, FrameImage | None] | None:
+        """The newest frame's header stamp, that stamp on ``loop_clock`` and (with
+        :attr:`with_image`) its image; None before the first frame."""
         with self._lock:
-            stamp = self.frame_stamp_ns
-        return None if stamp is None else (stamp, self.clocks.loop_ns(stamp, loop_clock))
+            stamp, msg = self.frame_stamp_ns, self.frame
+        if stamp is None:
+            return None
+        image = frame_image(msg, f"{self.msg_type.__name__}@{stamp}") \
+            if self.with_image else None
+        if self.with_image and image is None and not self._warned:
+            self._warned = True
+            log.warning("camera: Image encoding %r is not one of %s: the cycles plan "
+                        "text-only", msg.encoding, ", ".join(RGB_ENCODINGS))
+        return stamp, self.clocks.loop_ns(stamp, loop_clock), image
 
-    def source_for(self, loop_clock: Callable[[], int]) -> Callable[[], tuple[int, int] | None]:
+    def source_for(self, loop_clock: Callable[[], int]
+                   ) -> Callable[[], tuple[int, int, FrameImage | None] | None]:
         """The loop's frame source (:attr:`robot_latency.planner.loop.PlannerLoop.frame_source`)
         for a run whose clock is ``loop_clock``."""
         return lambda: self.newest(loop_clock)
 
 
 def camera_input(node: Node, topic: str, clocks: ClockBridge,
-                 subscriptions: list[Any]) -> CameraInput | None:
+                 subscriptions: list[Any], *, with_image: bool = False) -> CameraInput | None:
     """The node's camera on ``topic``, its subscription added to the node's ``subscriptions``
-    (removed with them); None for a text-only node (``topic`` empty)."""
+    (removed with them); None for a text-only node (``topic`` empty). ``with_image``: each
+    cycle also gets the frame's image (a vision tower reads it)."""
     if not topic:
         return None
-    camera = CameraInput(node, topic, clocks)
+    camera = CameraInput(node, topic, clocks, with_image=with_image)
     subscriptions.append(camera.subscription)
     return camera

@@ -236,7 +236,8 @@ class PlannerCore:
         self._subs.append(self.node.create_subscription(
             String, STATE_TOPIC, self._on_state,
             QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)))
-        self.camera = camera_input(self.node, settings.camera_topic, clocks, self._subs)
+        self.camera = camera_input(self.node, settings.camera_topic, clocks, self._subs,
+                                   with_image=bool(cfg.settings.mmproj))
         # The deadline is kept where the plan is received: the node measures its own transport
         # (loopback pings at start-up, then its own plans) into the loop's margin, which
         # outlives a run (the start-up loopback is measured once).

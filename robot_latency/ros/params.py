@@ -192,6 +192,10 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "camera topic to plan with (sensor_msgs/CompressedImage when it ends in /compressed, "
           "else sensor_msgs/Image): each cycle takes the newest frame at its start, its stamp "
           "in the plan's header and its age in the record; empty: text only"),
+    _spec("mmproj", "", "string",
+          "vision tower (mmproj GGUF) beside the model, llamacpp engine only: each cycle's "
+          "camera frame is encoded and prefilled (phases image_encode, image_prefill) or, "
+          "unchanged, reused from the KV cache; empty: the frame's stamp only"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -287,6 +291,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             model=v["model"].strip() or None, quant=v["quant"].strip() or None,
             profile=v["planner_profile"].strip() or None,
             draft_model=v["draft_model"].strip() or None, target_device=target,
+            mmproj=v["mmproj"].strip() or None,
             n_threads=v["n_threads"], n_threads_batch=v["n_threads_batch"],
             n_gpu_layers=v["n_gpu_layers"], engine_family=v["engine_family"].strip() or None,
             calibration=v["calibration"].strip() or None, cpu=cpu,

@@ -17,6 +17,7 @@ from pathlib import Path
 from robot_latency.lifetime import follow_parent, popen
 from robot_latency.records import read_records
 from robot_latency.report.client import compare_edges, edge_section, read_client_log
+from robot_latency.report.phases import cycle_spans
 from robot_latency.ros.client_edge import ClientTracker
 from robot_latency.ros.pacing import Pacer, schedule
 from robot_latency.rosenv import localhost_env, ros_args
@@ -130,3 +131,73 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
     assert all(r.frame_stamp_ns is None or r.frame_stamp_ns > 1_700_000_100 * 10**9
                for r in records)
     assert sent_stamps <= {r.frame_stamp_ns for r in records}
+
+
+def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
+        tmp_path: Path) -> None:
+    """planner_node on llama.cpp with the shipped planner and a tiny tower (mmproj): a frame is
+    encoded and prefilled in the first cycle that sees it (phases image_encode, image_prefill)
+    and found in the KV cache by the next cycles with the same frame (no image phase)."""
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.mmproj import SHAPES, write_mmproj
+
+    mmproj = write_mmproj(SHAPES["tiny-mlp"], tmp_path / "tower.gguf",
+                          lm_path=bundled_model_path("planner"))
+    texts = ["go to the kitchen", "stop", "pick up the red cup", "open the door"]
+    commands = [Command(t_ns=(100 + 1500 * i) * MS, text=texts[i], command_id=f"s{i}")
+                for i in range(4)]
+    # two frames: one before the first two commands, one before the last two
+    bag = write_bag(tmp_path / "seen", commands,
+                    frames=scene_frames([0, 2900 * MS], seed=3))
+    run_dir = tmp_path / "run"
+    env = _env()
+    node_log = open(tmp_path / "node.log", "wb")
+    node = popen(
+        [sys.executable, "-m", "robot_latency.ros.planner_node",
+         *ros_args({"engine": "llamacpp", "mode": "event", "deadline_ms": 20000.0,
+                     "on_new_command": "queue",
+                     "log_dir": str(run_dir), "label": "seen", "mmproj": str(mmproj),
+                     "camera_topic": "camera/image/compressed"})],
+        env=env, stdout=node_log, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 180
+        while not (run_dir / "manifest.json").exists():
+            assert node.poll() is None, (tmp_path / "node.log").read_text()
+            assert time.monotonic() < end, "planner_node did not start"
+            time.sleep(0.1)
+        replay = subprocess.run(
+            [sys.executable, "-m", "robot_latency.ros.bag_replayer",
+             *ros_args({"bag": str(bag), "tail_s": 120.0, "start_delay_s": 0.5,
+                         "client_log_dir": str(run_dir)})],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+            preexec_fn=follow_parent())
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+    finally:
+        node.send_signal(signal.SIGINT)
+        node.wait(timeout=60)
+        node_log.close()
+    records = [r for r in read_records(run_dir / "cycles.jsonl") if r.command_id]
+    # a command that arrives while the node is busy may be superseded (newest wins): it never
+    # reaches the model, so it changes nothing in the KV cache
+    asked = [r for r in records if r.plan_source == "model"]
+    assert len(records) == 4 and len(asked) >= 3 and all(
+        r.fallback_reason == "superseded" for r in records if r not in asked), \
+        [(r.command_id, r.plan_source, r.fallback_reason, r.engine_error) for r in records]
+    seen = [r for r in asked if r.frame_stamp_ns is not None]
+    assert len(seen) >= 3  # the first frame is sent 100 ms before the first command
+    previous = None
+    for r in seen:
+        assert r.image is not None and r.image["tokens"] == 16, r.image
+        # the frame in the KV cache is the previous cycle's: reused exactly when it is the same
+        assert r.image["reused"] == (r.frame_stamp_ns == previous), (r.cycle, r.image)
+        encoded = {"image_encode", "image_prefill"} <= set(r.phases_ns)
+        assert encoded != r.image["reused"]
+        if encoded:
+            assert r.phases_ns["image_encode"] > 0 and r.phases_ns["image_prefill"] > 0
+            # the timeline (trace, tail diagnosis) lays the frame out before the text's prefill
+            names = [x.name for x in cycle_spans(r) if x.depth == 0]
+            assert names.index("image_encode") < names.index("image_prefill") \
+                < names.index("prefill") < names.index("decode")
+        previous = r.frame_stamp_ns
+    assert sum(r.image["reused"] for r in seen) >= 1
+    assert sum(not r.image["reused"] for r in seen) >= 2

@@ -1,0 +1,281 @@
+"""The camera frame in the llama.cpp engine's prompt: encoded by libmtmd, kept in the KV cache.
+
+A :class:`FrameBlocks` holds an ``mmproj`` loaded beside the engine's language model
+(``mtmd_init_from_file``). A request's frame (:class:`robot_latency.engines.base.FrameImage`)
+becomes a *block* of the prompt between the fixed prefix and the cycle's text: libmtmd's chunks
+for the frame alone (the default media marker), text chunks as their token ids and image chunks as
+one *sentinel* id per image token. The sentinel is negative (no real token has it) and derived
+from the frame's key, so the engine's longest-shared-prefix reuse of the KV cache
+(``LlamaCppEngine._reuse_prefix``) is also the frame cache:
+
+- the same frame as the one in the KV cache: its block matches, nothing of it runs again (no
+  encode, no image prefill); the record says ``reused``;
+- another frame: the match stops at the block, the KV is cut back to the prefix and the block is
+  evaluated: each image chunk's vision encode (``mtmd_encode_chunk``, phase ``image_encode``)
+  then its embeddings through the language model (``mtmd_helper_decode_image_chunk``, phase
+  ``image_prefill``), each text chunk as tokens. Both phases are stamped with the engine's clock.
+
+Neither the encode nor the image prefill can be interrupted (libmtmd has no abort callback): the
+deadline is checked before them. The frame is laid out once per key (decoded and tokenized,
+counted in ``image_encode``); the last layout is kept for the next cycle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robot_latency.clock import Clock
+from robot_latency.engines.base import (
+    EngineError,
+    FrameImage,
+    GenerationRequest,
+    GenerationTrace,
+    stop_reason_now,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IMAGE_PHASES", "FrameBlock", "FrameBlocks", "frame_block", "frame_into_kv",
+           "open_frames", "sentinel"]
+
+#: The phases a frame adds to a generation's record.
+IMAGE_PHASES = ("image_encode", "image_prefill")
+
+_CHUNK_IMAGE = 1  # mtmd_input_chunk_get_type's image value (mtmd.h)
+
+
+def sentinel(key: str) -> int:
+    """The negative id standing for every image token of the frame keyed ``key``."""
+    return -1 - (zlib.crc32(key.encode("utf-8")) & 0x3FFFFFFF)
+
+
+@dataclass
+class FrameBlock:
+    """A frame laid out as prompt positions: ``tokens`` (text ids and the frame's sentinel), and
+    libmtmd's chunks to evaluate them (owned: freed with the block)."""
+
+    key: str
+    tokens: list[int]
+    image_tokens: int
+    image_chunks: int
+    chunks: Any
+    bitmap: Any
+
+
+class FrameBlocks:
+    """An mmproj loaded beside a llama.cpp model; frames laid out and evaluated into its context.
+
+    Raises:
+        EngineError: the mmproj is missing, of another width than the model, or refused by
+            libmtmd (the message names the file).
+    """
+
+    def __init__(self, llm: Any, lm_path: str | Path, mmproj_path: str | Path, *,
+                 n_threads: int, n_batch: int, clock: Clock) -> None:
+        from llama_cpp import mtmd_cpp
+
+        from robot_latency.engines.llamalog import route_mtmd_log
+        from robot_latency.engines.vision import VisionError, check_pair
+
+        try:
+            check_pair(lm_path, mmproj_path)
+        except VisionError as err:
+            raise EngineError(f"llamacpp: mmproj: {err}") from None
+        route_mtmd_log()
+        self._m, self._llm, self._clock = mtmd_cpp, llm, clock
+        self.mmproj_path = Path(mmproj_path)
+        self.n_batch = int(n_batch)
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu = False
+        params.print_timings = False
+        params.n_threads = int(n_threads)
+        params.warmup = False
+        self._ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj_path).encode(), llm.model, params)
+        if not self._ctx:
+            raise EngineError(f"llamacpp: mmproj {mmproj_path}: libmtmd could not load it "
+                              "(llama.cpp's log says why)")
+        self._last: FrameBlock | None = None
+        self._warned = False
+        why = None
+        if not mtmd_cpp.mtmd_support_vision(self._ctx):
+            why = "no vision encoder (clip.has_vision_encoder)"
+        elif mtmd_cpp.mtmd_decode_use_mrope(self._ctx):
+            # M-RoPE (Qwen2-VL, Qwen2.5-VL, ...): an image advances the position by other than
+            # its token count, and the engine's text positions follow the token count.
+            why = "its model uses M-RoPE positions (Qwen2-VL-style), which this engine's " \
+                  "prompt bookkeeping does not follow yet"
+        if why is not None:
+            self.close()
+            raise EngineError(f"llamacpp: mmproj {mmproj_path}: {why}")
+
+    def close(self) -> None:
+        self._drop()
+        if self._ctx:
+            self._m.mtmd_free(self._ctx)
+            self._ctx = None
+
+    def _drop(self) -> None:
+        if self._last is not None:
+            self._m.mtmd_input_chunks_free(self._last.chunks)
+            self._m.mtmd_bitmap_free(self._last.bitmap)
+            self._last = None
+
+    def _text_tokens(self, chunk: Any) -> list[int]:
+        """A text chunk's token ids. A projector's wrapper token the model's vocabulary lacks
+        (SmolVLM's ``<fake_token_around_image>`` beside another model) comes back from libmtmd
+        as -1 (no token): left out, with a warning once."""
+        n_out = ctypes.c_size_t()
+        ptr = self._m.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n_out))
+        ids = [ptr[j] for j in range(n_out.value)]
+        if any(t < 0 for t in ids) and not self._warned:
+            self._warned = True
+            log.warning("%s: the model's vocabulary lacks some of the projector's wrapper "
+                        "tokens; they are left out of the prompt", self.mmproj_path)
+        return [t for t in ids if t >= 0]
+
+    def block(self, frame: FrameImage) -> tuple[FrameBlock, bool]:
+        """The frame's block, and whether it was laid out now (the image decoded and tokenized
+        by libmtmd); the last one when the key is the same.
+
+        Raises:
+            EngineError: an image that cannot be read, or that libmtmd will not tokenize.
+        """
+        if self._last is not None and self._last.key == frame.key:
+            return self._last, False
+        from robot_latency.engines.vision import frame_rgb
+
+        m = self._m
+        try:
+            width, height, data = (frame.width, frame.height, frame.rgb) if frame.rgb \
+                else frame_rgb(frame.data)
+        except Exception as err:  # Pillow raises several types for a bad image
+            raise EngineError(f"frame {frame.key}: not an image ({type(err).__name__}: "
+                              f"{err})") from None
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        bitmap = m.mtmd_bitmap_init(width, height, buf)
+        if not bitmap:
+            raise EngineError(f"frame {frame.key} ({width}x{height}): mtmd_bitmap_init failed")
+        chunks = m.mtmd_input_chunks_init()
+        marker = m.mtmd_default_marker()
+        text = m.mtmd_input_text(marker, len(marker), False, True)
+        rc = m.mtmd_tokenize(self._ctx, chunks, ctypes.byref(text),
+                             (m.mtmd_bitmap_p_ctypes * 1)(bitmap), 1)
+        if rc != 0:
+            m.mtmd_input_chunks_free(chunks)
+            m.mtmd_bitmap_free(bitmap)
+            raise EngineError(f"frame {frame.key} ({width}x{height}): mtmd_tokenize "
+                              f"returned {rc}")
+        mark = sentinel(frame.key)
+        tokens: list[int] = []
+        image_tokens = image_chunks = 0
+        for i in range(m.mtmd_input_chunks_size(chunks)):
+            chunk = m.mtmd_input_chunks_get(chunks, i)
+            if m.mtmd_input_chunk_get_type(chunk) == _CHUNK_IMAGE:
+                n = m.mtmd_input_chunk_get_n_tokens(chunk)
+                tokens += [mark] * n
+                image_tokens += n
+                image_chunks += 1
+            else:
+                tokens += self._text_tokens(chunk)
+        self._drop()
+        self._last = FrameBlock(frame.key, tokens, image_tokens, image_chunks, chunks, bitmap)
+        return self._last, True
+
+    def evaluate(self, block: FrameBlock, trace: GenerationTrace) -> None:
+        """Evaluate ``block`` at the end of the model's context (its KV already cut back to
+        where the block starts), adding the phases ``image_encode`` and ``image_prefill``.
+
+        Raises:
+            EngineError: libmtmd failed to encode a chunk or to decode its embeddings.
+        """
+        m, llm, clock = self._m, self._llm, self._clock
+        encode_ns = prefill_ns = 0
+        for i in range(m.mtmd_input_chunks_size(block.chunks)):
+            chunk = m.mtmd_input_chunks_get(block.chunks, i)
+            if m.mtmd_input_chunk_get_type(chunk) != _CHUNK_IMAGE:
+                text = self._text_tokens(chunk)
+                if text:
+                    llm.eval(text)
+                continue
+            n = m.mtmd_input_chunk_get_n_tokens(chunk)
+            if m.mtmd_decode_use_non_causal(self._ctx, chunk) and n > self.n_batch:
+                raise EngineError(f"{self.mmproj_path}: its image attention is non-causal: "
+                                  f"the {n} image tokens of a chunk must go in one batch; set "
+                                  f"chunk_tokens >= {n}")
+            t0 = clock()
+            if m.mtmd_encode_chunk(self._ctx, chunk) != 0:
+                raise EngineError(f"{self.mmproj_path}: mtmd_encode_chunk failed")
+            t1 = clock()
+            new_past = ctypes.c_int32(0)
+            rc = m.mtmd_helper_decode_image_chunk(
+                self._ctx, llm.ctx, chunk, m.mtmd_get_output_embd(self._ctx), llm.n_tokens, 0,
+                self.n_batch, ctypes.byref(new_past), m.mtmd_helper_post_decode_callback(),
+                None)
+            t2 = clock()
+            if rc != 0:
+                raise EngineError(f"llamacpp: the image prefill of {n} tokens failed ({rc}): "
+                                  "is n_ctx large enough for the frame?")
+            # the positions the frame now holds, marked with its sentinel for the prefix match
+            llm.input_ids[llm.n_tokens: llm.n_tokens + n] = sentinel(block.key)
+            llm.n_tokens += n
+            encode_ns += t1 - t0
+            prefill_ns += t2 - t1
+        extra = trace.phases_extra_ns
+        extra["image_encode"] = extra.get("image_encode", 0) + encode_ns
+        extra["image_prefill"] = extra.get("image_prefill", 0) + prefill_ns
+
+
+def frame_block(engine: Any, request: GenerationRequest,
+                trace: GenerationTrace) -> FrameBlock | None:
+    """The request's frame laid out by ``engine``'s :class:`FrameBlocks` (None: no frame, or no
+    vision tower), its layout time counted in ``image_encode``."""
+    if request.image is None or engine.frames is None:
+        return None
+    t0 = engine.clock()
+    block, laid_out = engine.frames.block(request.image)
+    layout_ns = engine.clock() - t0 if laid_out else 0
+    if laid_out:
+        trace.phases_extra_ns["image_encode"] = layout_ns
+    trace.image = {"key": block.key, "tokens": block.image_tokens,
+                   "chunks": block.image_chunks, "reused": False, "layout_ns": layout_ns}
+    return block
+
+
+def frame_into_kv(engine: Any, request: GenerationRequest, trace: GenerationTrace,
+                  tokens: list[int], start: int, block: FrameBlock, keep: int) -> int | None:
+    """Put the frame's block (at ``tokens[start:]``) in ``engine``'s KV cache unless it is
+    there (``keep``, the tokens the prefix match kept, reaches past it); return the tokens now
+    cached, or None when the deadline passed before the encode (the trace says so)."""
+    end = start + len(block.tokens)
+    if keep >= end:
+        trace.image["reused"] = True
+        return keep
+    if keep > start:  # into another frame's block (its wrapping text): cut back to the prefix
+        engine._reuse_prefix(tokens[:start + 1])
+        keep = start
+    step = engine.config.chunk_tokens
+    for i in range(keep, start, step):  # the prefix itself not cached (prefix_cache off)
+        engine.llm.eval(tokens[i: min(start, i + step)])
+    stop = stop_reason_now(request, None, engine.clock())
+    if stop is not None:
+        trace.stop_reason = stop
+        return None
+    engine.frames.evaluate(block, trace)
+    return end
+
+
+def open_frames(llm: Any, lm_path: Path, config: Any, clock: Clock) -> FrameBlocks | None:
+    """The engine's vision tower (``config.mmproj_path``, a
+    :class:`~robot_latency.engines.llamacpp_config.LlamaCppConfig`), or None for text only."""
+    if not config.mmproj_path:
+        return None
+    from robot_latency.engines.llamacpp_config import verify_batch_tokens
+
+    return FrameBlocks(llm, lm_path, config.mmproj_path,
+                       n_threads=config.n_threads_batch or config.n_threads,
+                       n_batch=verify_batch_tokens(config), clock=clock)

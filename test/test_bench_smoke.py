@@ -234,14 +234,19 @@ def test_vision_cost(tmp_path: Path) -> None:
 def test_vision_loop(tmp_path: Path) -> None:
     doc = _run(tmp_path, "vision_loop.py", "--smoke")
     s = doc["summary"]
-    assert {p: s[p]["cycles"] for p in s} == {"text": 3, "every": 3, "reuse": 3}
+    assert {p: s[p]["cycles"] for p in s} == {"text": 5, "every": 5, "reuse": 5, "fit": 5}
     # each new frame is encoded; one reused frame only once; none without a frame
     assert (s["text"]["frames_encoded"], s["every"]["frames_encoded"],
-            s["reuse"]["frames_encoded"]) == (0, 3, 1)
-    assert s["every"]["image_tokens"] == s["reuse"]["image_tokens"] == 16
+            s["reuse"]["frames_encoded"]) == (0, 5, 1)
+    # a 256x256 frame: the global view and 4 tiles of 16 tokens
+    assert s["every"]["image_tokens"] == s["reuse"]["image_tokens"] == 80
     reused = [c for c in doc["cycles"]["reuse"] if c["reused"]]
-    assert len(reused) == 2 and all(c["image_prefill_ms"] is None for c in reused)
+    assert len(reused) == 4 and all(c["image_prefill_ms"] is None for c in reused)
     assert all(c["image_encode_ms"] > 0 for c in doc["cycles"]["every"])
+    # fit on a budget nothing fits: each scale tried once (learned), then text-only
+    assert [c["scale"] for c in doc["cycles"]["fit"]] == [1.0, 0.5, 0.25, None, None]
+    assert [c["image_tokens"] for c in doc["cycles"]["fit"]] == [80, 32, 32, 0, 0]
+    assert s["fit"]["text_only"] == 2
 
 
 def test_vision_predict(tmp_path: Path) -> None:

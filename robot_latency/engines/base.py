@@ -78,6 +78,7 @@ class FrameImage:
         width: ``rgb``'s width in pixels.
         height: ``rgb``'s height in pixels.
         rgb: packed 8-bit RGB pixels (a raw camera image), or empty.
+        scale: the frame is downscaled by this before the tower sees it (1: as taken).
     """
 
     key: str
@@ -85,6 +86,7 @@ class FrameImage:
     width: int = 0
     height: int = 0
     rgb: bytes = b""
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,12 @@ class FrameBlocks:
         except Exception as err:  # Pillow raises several types for a bad image
             raise EngineError(f"frame {frame.key}: not an image ({type(err).__name__}: "
                               f"{err})") from None
+        if frame.scale != 1.0:  # downscaled before the tower sees it (a fit policy's choice)
+            from PIL import Image
+
+            size = (max(1, round(width * frame.scale)), max(1, round(height * frame.scale)))
+            data = Image.frombytes("RGB", (width, height), data).resize(size).tobytes()
+            width, height = size
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         bitmap = m.mtmd_bitmap_init(width, height, buf)
         if not bitmap:

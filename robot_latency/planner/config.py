@@ -26,6 +26,8 @@ from robot_latency.planner.margin import (
 
 MODES = ("periodic", "event")
 ON_NEW_COMMAND = ("queue", "preempt")
+#: What a cycle does with its camera frame, with a vision tower (planner/frame_policy.py).
+FRAME_POLICIES = ("reuse", "every", "fit")
 RUNNERS = ("process", "inline")
 #: How an ``hybrid`` run picks between the onboard plan and the server's.
 HYBRID_POLICIES = ("first_valid", "prefer_server")
@@ -88,6 +90,10 @@ class RunSettings:
         draft_k: tokens drafted per round (0: the engine's default).
         mmproj: a vision tower (mmproj GGUF) beside the model (llamacpp only): each cycle's
             camera frame is encoded and kept in the KV cache (engines/llama_image.py).
+        image_policy: with a vision tower, what a cycle does with its frame
+            (:mod:`robot_latency.planner.frame_policy`): ``reuse`` (an unchanged frame stays in
+            the KV cache), ``every`` (encoded every cycle) or ``fit`` (reuse, and a new frame
+            downscaled, else left out, to fit what is left of the budget).
         target_device: the device the predictions are for (the sim engine simulates it).
         n_threads: decode threads (0: the builder's default).
         n_threads_batch: prefill threads (0: the builder's default).
@@ -133,6 +139,7 @@ class RunSettings:
     draft_model: str | None = None
     draft_k: int = 0
     mmproj: str | None = None
+    image_policy: str = "reuse"
     target_device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     n_threads_batch: int = 0
@@ -220,6 +227,7 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
     need(s.on_new_command in ON_NEW_COMMAND, "on_new_command",
          f"must be one of {ON_NEW_COMMAND}")
     need(bool(s.engine.strip()), "engine", "must not be empty")
+    need(s.image_policy in FRAME_POLICIES, "image_policy", f"must be one of {FRAME_POLICIES}")
     need(s.draft_k >= 0, "draft_k", "must be >= 0 (0: the engine's default)")
     need(s.n_threads >= 0, "n_threads", "must be >= 0 (0: the default)")
     need(s.n_threads_batch >= 0, "n_threads_batch", "must be >= 0 (0: the default)")

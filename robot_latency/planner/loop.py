@@ -12,12 +12,9 @@ deadline passed while an earlier cycle overran are recorded as skipped misses, n
 
 Where the deadline starts: at the tick (periodic mode) or the command's arrival (event mode),
 except for a command whose sender stamped its send on this clock (the client edge's tagged
-commands): the receiver counts its deadline from the send, so the first cycle that plans it
-does too, in both modes (sent after a tick whose cycle started late and took it: from the send,
-not the tick). In periodic mode the tick then only decides *when* it is planned: the wait for
-the tick is spent out of the command's budget and shows as the cycle's queue phase.
-A command whose budget is gone by the time it is planned (an old stamp, a long wait for the
-tick) keeps its lateness: it is answered at once by the fallback and recorded as missed.
+commands): the receiver counts its deadline from the send, so the first cycle that plans it does
+too, in both modes; the wait for a tick is then spent out of its budget (the queue phase). A
+command whose budget is gone when it is planned keeps its lateness (the fallback, a miss).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
 from robot_latency.engines.base import FrameImage, GenerationRequest, GenerationTrace, StopReason
 from robot_latency.planner.config import RunSettings
 from robot_latency.planner.fallback import FallbackChain, FallbackContext
+from robot_latency.planner.frame_policy import FramePolicy
 from robot_latency.planner.mailbox import (
     InboundCommand,
     Mailbox,
@@ -111,6 +109,7 @@ class PlannerLoop:
         #: on this clock, its image or None), or None (text only; CycleRecord.take_frame)
         self.frame_source: Callable[[], tuple[int, int, FrameImage | None] | None] | None = None
         self._image: FrameImage | None = None  # the cycle's frame, for a vision tower
+        self.frame_policy = FramePolicy(config.image_policy)
         self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
         self.fallback = FallbackChain.of_run(config.fallback,
@@ -175,8 +174,7 @@ class PlannerLoop:
         cfg = self.config
         started = self.clock()
         tick_ns = scheduled_ns
-        # Reaction latency belongs to the first cycle that plans a command; later ticks that
-        # re-plan the same command (periodic mode) are not reactions to it.
+        # Reaction latency belongs to the first cycle that plans a command, not to re-plans.
         first_for_command = command is not None and command.command_id != self._last_command_id
         if first_for_command and command is not None and command.sent_ns is not None:
             scheduled_ns = command.start_ns  # before the tick, or after it (a late cycle)
@@ -196,7 +194,8 @@ class PlannerLoop:
         rec.data_ns = command.stamp_ns if command is not None else scheduled_ns  # plan's stamp
         frame = self.frame_source() if self.frame_source is not None else None
         rec.take_frame(frame)
-        self._image = frame[2] if frame is not None else None
+        self._image, rec.image = self.frame_policy.choose(
+            frame[2] if frame is not None else None, cycle, give_up - started)
         if command is not None:
             self._last_command_id = command.command_id
         rec.phases_ns["queue"] = started - scheduled_ns
@@ -296,6 +295,7 @@ class PlannerLoop:
         self._given_up_ns = self.clock()
         if trace is not None:
             self._copy_trace(rec, trace)
+            self.frame_policy.learn(self._image, trace)
         if outcome.wait_ns:
             rec.phases_ns["worker_wait"] = outcome.wait_ns
         if outcome.status == "preempted":
@@ -347,7 +347,7 @@ class PlannerLoop:
         rec.stop_reason = trace.stop_reason.value
         rec.raw_output = trace.text
         rec.draft = trace.draft
-        rec.offboard, rec.image = trace.server, trace.image
+        rec.offboard, rec.image = trace.server, trace.image or rec.image
         rec.phases_ns.update(trace.phases_ns())
 
     def _write(self, rec: CycleRecord) -> None:

@@ -196,6 +196,10 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "vision tower (mmproj GGUF) beside the model, llamacpp engine only: each cycle's "
           "camera frame is encoded and prefilled (phases image_encode, image_prefill) or, "
           "unchanged, reused from the KV cache; empty: the frame's stamp only"),
+    _spec("image_policy", _PC.image_policy, "string",
+          "with mmproj: reuse (an unchanged frame stays in the KV cache), every (encoded each "
+          "cycle) or fit (reuse, and a new frame downscaled, else left out, to fit what is "
+          "left of the budget; the record says so)"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -291,7 +295,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             model=v["model"].strip() or None, quant=v["quant"].strip() or None,
             profile=v["planner_profile"].strip() or None,
             draft_model=v["draft_model"].strip() or None, target_device=target,
-            mmproj=v["mmproj"].strip() or None,
+            mmproj=v["mmproj"].strip() or None, image_policy=v["image_policy"].strip(),
             n_threads=v["n_threads"], n_threads_batch=v["n_threads_batch"],
             n_gpu_layers=v["n_gpu_layers"], engine_family=v["engine_family"].strip() or None,
             calibration=v["calibration"].strip() or None, cpu=cpu,

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from robot_latency.lifetime import follow_parent, popen
 from robot_latency.records import read_records
 from robot_latency.report.client import compare_edges, edge_section, read_client_log
@@ -133,11 +135,13 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
     assert sent_stamps <= {r.frame_stamp_ns for r in records}
 
 
+@pytest.mark.parametrize("policy", ["reuse", "every"])
 def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
-        tmp_path: Path) -> None:
+        tmp_path: Path, policy: str) -> None:
     """planner_node on llama.cpp with the shipped planner and a tiny tower (mmproj): a frame is
     encoded and prefilled in the first cycle that sees it (phases image_encode, image_prefill)
-    and found in the KV cache by the next cycles with the same frame (no image phase)."""
+    and found in the KV cache by the next cycles with the same frame (no image phase); with
+    image_policy every, each cycle encodes it again."""
     from robot_latency.models.bundled import bundled_model_path
     from robot_latency.models.mmproj import SHAPES, write_mmproj
 
@@ -155,7 +159,7 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
     node = popen(
         [sys.executable, "-m", "robot_latency.ros.planner_node",
          *ros_args({"engine": "llamacpp", "mode": "event", "deadline_ms": 20000.0,
-                     "on_new_command": "queue",
+                     "on_new_command": "queue", "image_policy": policy,
                      "log_dir": str(run_dir), "label": "seen", "mmproj": str(mmproj),
                      "camera_topic": "camera/image/compressed"})],
         env=env, stdout=node_log, stderr=subprocess.STDOUT)
@@ -189,7 +193,9 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
     for r in seen:
         assert r.image is not None and r.image["tokens"] == 16, r.image
         # the frame in the KV cache is the previous cycle's: reused exactly when it is the same
-        assert r.image["reused"] == (r.frame_stamp_ns == previous), (r.cycle, r.image)
+        # (every: never)
+        assert r.image["reused"] == (policy == "reuse" and r.frame_stamp_ns == previous), \
+            (r.cycle, r.image)
         encoded = {"image_encode", "image_prefill"} <= set(r.phases_ns)
         assert encoded != r.image["reused"]
         if encoded:
@@ -199,5 +205,5 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
             assert names.index("image_encode") < names.index("image_prefill") \
                 < names.index("prefill") < names.index("decode")
         previous = r.frame_stamp_ns
-    assert sum(r.image["reused"] for r in seen) >= 1
-    assert sum(not r.image["reused"] for r in seen) >= 2
+    assert sum(r.image["reused"] for r in seen) >= (1 if policy == "reuse" else 0)
+    assert sum(not r.image["reused"] for r in seen) >= (2 if policy == "reuse" else len(seen))

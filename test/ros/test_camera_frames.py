@@ -34,6 +34,38 @@ def _env() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
+def _node_and_replay(tmp_path: Path, node_params: dict[str, object], bag: Path,
+                     replay_params: dict[str, object], *, start_s: float = 120.0,
+                     replay_s: float = 240.0) -> tuple[Path, str]:
+    """Start planner_node (its run in ``tmp_path/run``), replay ``bag`` into it with
+    bag_replayer (its client log there too), stop the node; return (run dir, replayer output)."""
+    run_dir = tmp_path / "run"
+    env = _env()
+    node_log = open(tmp_path / "node.log", "wb")
+    node = popen([sys.executable, "-m", "robot_latency.ros.planner_node",
+                  *ros_args({**node_params, "log_dir": str(run_dir),
+                             "camera_topic": "camera/image/compressed"})],
+                 env=env, stdout=node_log, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + start_s
+        while not (run_dir / "manifest.json").exists():
+            assert node.poll() is None, (tmp_path / "node.log").read_text()
+            assert time.monotonic() < end, "planner_node did not start"
+            time.sleep(0.1)
+        replay = subprocess.run(
+            [sys.executable, "-m", "robot_latency.ros.bag_replayer",
+             *ros_args({"bag": str(bag), "start_delay_s": 0.5, "client_log_dir": str(run_dir),
+                        **replay_params})],
+            env=env, capture_output=True, text=True, timeout=replay_s, check=False,
+            preexec_fn=follow_parent())
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+    finally:
+        node.send_signal(signal.SIGINT)
+        node.wait(timeout=60)
+        node_log.close()
+    return run_dir, replay.stdout + replay.stderr
+
+
 def test_frames_are_scheduled_among_the_commands_and_sent_by_their_own_callback() -> None:
     commands = [Command(t_ns=0, text="a", command_id="s:0"),
                 Command(t_ns=300 * MS, text="b", command_id="s:1")]
@@ -85,33 +117,11 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
     # frames every 100 ms from 0 through the last command: one before each command
     frames = scene_frames([k * 100 * MS for k in range(23)], seed=5)
     bag = write_bag(tmp_path / "seen", commands, frames=frames)
-    run_dir = tmp_path / "run"
-    env = _env()
-    node_log = open(tmp_path / "node.log", "wb")
-    node = popen(
-        [sys.executable, "-m", "robot_latency.ros.planner_node",
-         *ros_args({"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
-                     "deadline_ms": 150.0, "log_dir": str(run_dir), "label": "sim",
-                     "camera_topic": "camera/image/compressed"})],
-        env=env, stdout=node_log, stderr=subprocess.STDOUT)
-    try:
-        end = time.monotonic() + 120
-        while not (run_dir / "manifest.json").exists():
-            assert node.poll() is None, (tmp_path / "node.log").read_text()
-            assert time.monotonic() < end, "planner_node did not start"
-            time.sleep(0.1)
-        replay = subprocess.run(
-            [sys.executable, "-m", "robot_latency.ros.bag_replayer",
-             *ros_args({"bag": str(bag), "tail_s": 60.0, "start_delay_s": 0.5,
-                         "client_log_dir": str(run_dir), "max_frame_age_ms": 0.001})],
-            env=env, capture_output=True, text=True, timeout=240, check=False,
-            preexec_fn=follow_parent())
-        assert replay.returncode == 0, replay.stdout + replay.stderr
-    finally:
-        node.send_signal(signal.SIGINT)
-        node.wait(timeout=60)
-        node_log.close()
-    assert "23 camera frames to /camera/image/compressed" in replay.stderr + replay.stdout
+    run_dir, out = _node_and_replay(
+        tmp_path, {"engine": "sim", "target_device": "orin-agx-64gb", "mode": "event",
+                   "deadline_ms": 150.0, "label": "sim"},
+        bag, {"tail_s": 60.0, "max_frame_age_ms": 0.001})
+    assert "23 camera frames to /camera/image/compressed" in out
     client = read_client_log(run_dir)
     records = read_records(run_dir / "cycles.jsonl")
     assert client is not None and len(client) == 8
@@ -153,33 +163,11 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
     # two frames: one before the first two commands, one before the last two
     bag = write_bag(tmp_path / "seen", commands,
                     frames=scene_frames([0, 2900 * MS], seed=3))
-    run_dir = tmp_path / "run"
-    env = _env()
-    node_log = open(tmp_path / "node.log", "wb")
-    node = popen(
-        [sys.executable, "-m", "robot_latency.ros.planner_node",
-         *ros_args({"engine": "llamacpp", "mode": "event", "deadline_ms": 20000.0,
-                     "on_new_command": "queue", "image_policy": policy,
-                     "log_dir": str(run_dir), "label": "seen", "mmproj": str(mmproj),
-                     "camera_topic": "camera/image/compressed"})],
-        env=env, stdout=node_log, stderr=subprocess.STDOUT)
-    try:
-        end = time.monotonic() + 180
-        while not (run_dir / "manifest.json").exists():
-            assert node.poll() is None, (tmp_path / "node.log").read_text()
-            assert time.monotonic() < end, "planner_node did not start"
-            time.sleep(0.1)
-        replay = subprocess.run(
-            [sys.executable, "-m", "robot_latency.ros.bag_replayer",
-             *ros_args({"bag": str(bag), "tail_s": 120.0, "start_delay_s": 0.5,
-                         "client_log_dir": str(run_dir)})],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
-            preexec_fn=follow_parent())
-        assert replay.returncode == 0, replay.stdout + replay.stderr
-    finally:
-        node.send_signal(signal.SIGINT)
-        node.wait(timeout=60)
-        node_log.close()
+    run_dir, _ = _node_and_replay(
+        tmp_path, {"engine": "llamacpp", "mode": "event", "deadline_ms": 20000.0,
+                   "on_new_command": "queue", "image_policy": policy, "label": "seen",
+                   "mmproj": str(mmproj)},
+        bag, {"tail_s": 120.0}, start_s=180.0, replay_s=300.0)
     records = [r for r in read_records(run_dir / "cycles.jsonl") if r.command_id]
     # a command that arrives while the node is busy may be superseded (newest wins): it never
     # reaches the model, so it changes nothing in the KV cache

@@ -54,7 +54,8 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "correctness.py",  # correctness.py: test/test_bench_correctness.py
                "predict_labels.py", "format_price.py",
                "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
-               "cold_start.py", "untimed_batch.py", "vision_loop.py"}
+               "cold_start.py", "untimed_batch.py", "vision_loop.py",
+               "vision_overhead.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -247,6 +248,17 @@ def test_vision_loop(tmp_path: Path) -> None:
     assert [c["scale"] for c in doc["cycles"]["fit"]] == [1.0, 0.5, 0.25, None, None]
     assert [c["image_tokens"] for c in doc["cycles"]["fit"]] == [80, 32, 32, 0, 0]
     assert s["fit"]["text_only"] == 2
+
+
+def test_vision_overhead(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "vision_overhead.py", "--smoke")
+    assert len(doc["frames"]) == 2 and doc["tower"] == "tiny-mlp"
+    for f in doc["frames"]:
+        # llama.cpp's own encode and prefill times were read from its log, in whole ms
+        assert f["chunks"] == 1 and f["ours_ms"] > 0 and f["llama_cpp_ms"] >= 0
+        assert f["llama_cpp_ms"] == int(f["llama_cpp_ms"])
+    total = doc["total"]
+    assert total["ours_ms"] == pytest.approx(sum(f["ours_ms"] for f in doc["frames"]))
 
 
 def test_vision_predict(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ class FramePolicy:
             if not costs or max(costs) + text <= left_ns:
                 self._sent = replace(frame, key=f"{frame.key}@{scale:g}", scale=scale)
                 return self._sent, None
+        self._sent = None  # the text-only cycle's prompt cuts any frame from the KV cache
         return None, {"text_only": True, "policy": "fit", "left_ms": left_ns / 1e6,
                       "smallest_cost_ms": min(max(c) for c in self.cost_ns.values()) / 1e6,
                       "text_ms": text / 1e6}

@@ -70,11 +70,14 @@ def test_fit_learns_each_scale_and_falls_to_text_only() -> None:
     none, note = fit.choose(FrameImage(key="cam@5", data=b"png"), 5, 60 * MS)
     assert none is None and note["text_only"] and note["policy"] == "fit"
     assert note["smallest_cost_ms"] == 45.0 and note["text_ms"] == 40.0
+    # that text-only cycle cut the last frame from the KV cache: it is not taken as cached
+    again, _ = fit.choose(FrameImage(key="cam@4", data=b"png"), 6, 1 * MS)
+    assert again is None
     # the largest of the newest costs counts, and only the newest COST_WINDOW
     for _ in range(COST_WINDOW):
         fit.learn(quarter, _trace(image_ms=5.0, text_ms=40.0))
     assert max(fit.cost_ns[0.25]) == 5 * MS
-    assert fit.choose(FrameImage(key="cam@6", data=b"png"), 6, 60 * MS)[0].scale == 0.25
+    assert fit.choose(FrameImage(key="cam@6", data=b"png"), 7, 60 * MS)[0].scale == 0.25
     # a failed generation teaches nothing
     before = list(fit.text_ns)
     fit.learn(first, GenerationTrace(started_ns=0, error="boom"))

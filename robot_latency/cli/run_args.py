@@ -20,6 +20,7 @@ from robot_latency.hostcheck.load import HostLoad
 from robot_latency.models.ladder import VALID_QUANTS
 from robot_latency.planner.budget import CpuBudget
 from robot_latency.planner.config import (
+    FRAME_POLICIES,
     HYBRID_POLICIES,
     MODES,
     ON_NEW_COMMAND,
@@ -78,7 +79,8 @@ def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engi
         publish_margin_ms=args.publish_margin_ms, on_new_command=args.on_new_command,
         log_dir=out, engine=engine, model=args.model, quant=quant, profile=args.profile,
         draft_model=args.draft, draft_k=args.draft_k or 0, target_device=device,
-        n_threads=args.n_threads, n_threads_batch=args.n_threads_batch,
+        mmproj=args.mmproj, image_policy=args.image_policy, n_threads=args.n_threads,
+        n_threads_batch=args.n_threads_batch,
         n_gpu_layers=args.n_gpu_layers, engine_options=_engine_options(args), cpu=cpu,
         runner=args.runner, engine_family=args.engine_family, calibration=args.calibration,
         label=label, server_url=args.server_url, server_model=args.server_model,
@@ -252,6 +254,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="draft GGUF for speculative decoding (llamacpp engine)")
     p.add_argument("--draft-k", type=positive_int, default=None,
                    help="tokens drafted per round (default: the engine's)")
+    p.add_argument("--mmproj", default=None,
+                   help="a vision tower (mmproj GGUF) beside the model (llamacpp engine): each "
+                        "cycle puts the stream's newest camera frame in the prompt (phases "
+                        "image_encode, image_prefill; docs/VISION.md)")
+    p.add_argument("--image-policy", default=_PC.image_policy, choices=FRAME_POLICIES,
+                   help="with --mmproj: reuse (an unchanged frame stays in the KV cache), every "
+                        "(encoded each cycle) or fit (downscaled, else left out, to fit the "
+                        "budget left) (default %(default)s)")
     p.add_argument("--runner", default=_PC.runner, choices=RUNNERS)
     p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")

@@ -40,13 +40,36 @@ from robot_latency.engines.base import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IMAGE_PHASES", "FrameBlock", "FrameBlocks", "frame_block", "frame_into_kv",
-           "open_frames", "sentinel"]
+__all__ = ["IMAGE_PHASES", "RGB_ENCODINGS", "FrameBlock", "FrameBlocks", "frame_block",
+           "frame_into_kv", "open_frames", "raw_frame", "sentinel"]
 
 #: The phases a frame adds to a generation's record.
 IMAGE_PHASES = ("image_encode", "image_prefill")
 
 _CHUNK_IMAGE = 1  # mtmd_input_chunk_get_type's image value (mtmd.h)
+
+
+#: Raw image encodings whose pixels a vision tower reads (as RGB).
+RGB_ENCODINGS = ("rgb8", "bgr8", "mono8")
+
+
+def raw_frame(key: str, encoding: str, width: int, height: int, step: int,
+              data: bytes) -> FrameImage | None:
+    """A raw camera image (``sensor_msgs/Image``'s fields) as packed RGB; None for an encoding
+    other than :data:`RGB_ENCODINGS`."""
+    if encoding not in RGB_ENCODINGS:
+        return None
+    import numpy as np
+
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(height, step)
+    channels = 1 if encoding == "mono8" else 3
+    px = rows[:, :width * channels].reshape(height, width, channels)
+    if encoding == "bgr8":
+        px = px[:, :, ::-1]
+    elif channels == 1:
+        px = np.repeat(px, 3, axis=2)
+    return FrameImage(key=key, width=width, height=height,
+                      rgb=np.ascontiguousarray(px).tobytes())
 
 
 def sentinel(key: str) -> int:
@@ -256,7 +279,8 @@ def frame_into_kv(engine: Any, request: GenerationRequest, trace: GenerationTrac
                   tokens: list[int], start: int, block: FrameBlock, keep: int) -> int | None:
     """Put the frame's block (at ``tokens[start:]``) in ``engine``'s KV cache unless it is
     there (``keep``, the tokens the prefix match kept, reaches past it); return the tokens now
-    cached, or None when the deadline passed before the encode (the trace says so)."""
+    cached, or None when the deadline passed before the encode (the trace says so). The
+    trace's ``prefix_cache_tokens`` counts the frame only where it was found in the cache."""
     end = start + len(block.tokens)
     if keep >= end:
         trace.image["reused"] = True
@@ -264,6 +288,7 @@ def frame_into_kv(engine: Any, request: GenerationRequest, trace: GenerationTrac
     if keep > start:  # into another frame's block (its wrapping text): cut back to the prefix
         engine._reuse_prefix(tokens[:start + 1])
         keep = start
+    trace.prefix_cache_tokens = keep  # what was cached: the frame is evaluated, not found
     step = engine.config.chunk_tokens
     for i in range(keep, start, step):  # the prefix itself not cached (prefix_cache off)
         engine.llm.eval(tokens[i: min(start, i + step)])

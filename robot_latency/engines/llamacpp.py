@@ -260,11 +260,11 @@ class LlamaCppEngine(ClosesOnExit):
             tokens = llm.tokenize(request.prompt.encode("utf-8"), add_bos=True, special=True)
         tokenized(trace, clock, tokens, request, self.n_ctx, f"the context of {self.n_ctx}")
         keep = self._reuse_prefix(tokens)
-        if block is not None:
+        trace.prefix_cache_tokens = keep
+        if block is not None:  # the frame: found in the KV cache, or evaluated into it now
             keep = frame_into_kv(self, request, trace, tokens, len(head), block, keep)
             if keep is None:
                 return
-        trace.prefix_cache_tokens = keep
         # Prefill, chunk by chunk; the callback is armed for the whole prefill.
         self._arm(request.deadline_ns is not None or abort is not None)
         if prefill(request, abort, trace, clock, tokens, keep, cfg.chunk_tokens,

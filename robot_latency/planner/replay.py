@@ -12,6 +12,7 @@ there is no arrival process, so no queueing is measured. Results say which mode 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import signal
@@ -34,6 +35,35 @@ log = logging.getLogger(__name__)
 def _arrivals(stream: CommandStream, start_ns: int, speed: float) -> list[InboundCommand]:
     return [InboundCommand(c.command_id, c.text, start_ns + round(c.t_ns / speed), c.state)
             for c in stream.commands]
+
+
+def frame_source(stream: CommandStream, start_ns: int, speed: float,
+                 clock: Callable[[], int]) -> Callable[[], tuple[int, int, Any] | None]:
+    """The loop's camera for a replayed stream with frames: at each cycle's start, the newest
+    frame logged by then at the replay's pace (its recorded stamp, the time it was "taken" on
+    the loop's clock, its image keyed by its place in the stream); None before the first."""
+    from robot_latency.engines.base import FrameImage
+    from robot_latency.engines.llama_image import raw_frame
+    from robot_latency.streams.frames import FrameLoader
+    from robot_latency.streams.rosbag import typestore
+
+    frames = sorted(stream.frames, key=lambda f: f.t_ns)
+    taken = [start_ns + round(f.t_ns / speed) for f in frames]
+    loader = FrameLoader(typestore())
+    cache: dict[int, Any] = {}
+
+    def newest() -> tuple[int, int, Any] | None:
+        i = bisect.bisect_right(taken, clock()) - 1
+        if i < 0:
+            return None
+        if i not in cache:
+            cache.clear()
+            f, data = frames[i], loader.data(frames[i])
+            key = f"{stream.source}#frame{i}"
+            cache[i] = FrameImage(key=key, data=data) if f.compressed else raw_frame(
+                key, f.encoding, f.width or 0, f.height or 0, f.step, data)
+        return frames[i].stamp_ns, taken[i], cache[i]
+    return newest
 
 
 def planned_cycles(config: RunSettings, stream: CommandStream, *, speed: float = 1.0,
@@ -73,6 +103,8 @@ def replay(loop: PlannerLoop, stream: CommandStream, *, speed: float = 1.0,
         raise ValueError(f"speed must be > 0, got {speed!r}")
     start = loop.clock()
     arrivals = _arrivals(stream, start, speed)
+    if stream.frames and loop.config.mmproj:  # a vision tower sees the stream's camera
+        loop.frame_source = frame_source(stream, start, speed, loop.clock)
     if loop.config.mode == "event":
         return loop.run_events(arrivals, should_stop=should_stop)
     pending = iter(arrivals)

@@ -29,12 +29,10 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 
 from robot_latency.engines.base import FrameImage
+from robot_latency.engines.llama_image import RGB_ENCODINGS, raw_frame
 from robot_latency.ros.cycle_stats import ClockBridge
 
 log = logging.getLogger(__name__)
-
-#: Image encodings whose pixels become the RGB a vision tower reads.
-RGB_ENCODINGS = ("rgb8", "bgr8", "mono8")
 
 
 def camera_type(topic: str) -> type[Any]:
@@ -57,19 +55,8 @@ def frame_image(msg: Any, key: str) -> FrameImage | None:
     Image's pixels as packed RGB; None for an Image encoding other than :data:`RGB_ENCODINGS`."""
     if not hasattr(msg, "encoding"):  # sensor_msgs/CompressedImage: PNG or JPEG bytes
         return FrameImage(key=key, data=bytes(msg.data))
-    if msg.encoding not in RGB_ENCODINGS:
-        return None
-    import numpy as np
-
-    w, h, step = int(msg.width), int(msg.height), int(msg.step)
-    rows = np.frombuffer(bytes(msg.data), dtype=np.uint8).reshape(h, step)
-    channels = 1 if msg.encoding == "mono8" else 3
-    px = rows[:, :w * channels].reshape(h, w, channels)
-    if msg.encoding == "bgr8":
-        px = px[:, :, ::-1]
-    elif channels == 1:
-        px = np.repeat(px, 3, axis=2)
-    return FrameImage(key=key, width=w, height=h, rgb=np.ascontiguousarray(px).tobytes())
+    return raw_frame(key, msg.encoding, int(msg.width), int(msg.height), int(msg.step),
+                     bytes(msg.data))
 
 
 class CameraInput:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from robot_latency.cli import build_parser, main
+from robot_latency.streams import SHIPPED_DIR
 
 #: Commands that take no input a user could get wrong (only flags such as --json), and probe,
 #: whose one input is a cache: one it cannot read or write is a logged warning, and the fresh
@@ -36,6 +37,13 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
                 "nope.jsonl"),
         "run --quant": (["run", "--stream", nope + ".jsonl", "--quant", "Q4_K", "--engine",
                          "sim", "--out", str(tmp_path / "r")], "--quant: unknown level 'Q4_K'"),
+        "run --mmproj": (["run", "--stream", str(SHIPPED_DIR / "steady_operator"), "--mmproj",
+                          nope + ".gguf", "--out", str(tmp_path / "r")],
+                         "--mmproj: " + nope + ".gguf: no such file"),
+        "run --mmproj sim": (["run", "--stream", str(SHIPPED_DIR / "steady_operator"),
+                              "--engine", "sim", "--mmproj", nope + ".gguf", "--out",
+                              str(tmp_path / "r")],
+                             "--mmproj: only the llamacpp engine takes a vision tower"),
         "predict --quant": (["predict", "--model", "qwen2.5-0.5b", "--quant", "Q4_K"],
                             "--quant: unknown level 'Q4_K'"),
         "predict --mmproj": (["predict", "--mmproj", nope + ".gguf"],

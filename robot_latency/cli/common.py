@@ -59,9 +59,22 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def split_list(text: str | None, cast: Any = str) -> list[Any]:
-    """Split a comma-separated option into typed items (blank items dropped)."""
-    return [cast(x.strip()) for x in text.split(",") if x.strip()] if text else []
+def split_list(text: str | None, cast: Any = str, *, flag: str = "a list") -> list[Any]:
+    """Split a comma-separated option into typed items (blank items dropped).
+
+    Raises:
+        UsageError: an item ``cast`` refuses (the message names ``flag`` and the item).
+    """
+    out = []
+    for item in (x.strip() for x in (text.split(",") if text else [])):
+        if not item:
+            continue
+        try:
+            out.append(cast(item))
+        except ValueError:
+            kind = "a number" if cast in (float, int) else getattr(cast, "__name__", "valid")
+            raise UsageError(f"{flag}: {item!r} is not {kind}") from None
+    return out
 
 
 def cpu_list_arg(text: str) -> tuple[int, ...]:

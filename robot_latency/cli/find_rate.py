@@ -62,10 +62,16 @@ def _axis(args: argparse.Namespace, flag: str) -> str | None:
 
 
 def _check_one_configuration(args: argparse.Namespace) -> None:
-    for flag in ("--quants", "--engines", "--devices", "--deadlines"):
+    for flag in ("--quants", "--engines", "--devices", "--deadlines", "--image-policies",
+                 "--frame-scales"):
         value = _axis(args, flag)
         if len(split_list(value)) > 1:
             raise UsageError(f"{flag}: --find-rate searches one configuration, got {value!r}")
+    for flag, field in (("--image-policies", "image_policy"), ("--frame-scales", "frame_scale")):
+        value = _axis(args, flag)
+        if value:  # one value: the configuration's own
+            one = split_list(value, float if field == "frame_scale" else str, flag=flag)[0]
+            setattr(args, field, one)
     repeats = getattr(args, "repeats", 1)
     if repeats != 1:
         raise UsageError(f"--repeats: --find-rate runs each speed once, got {repeats}")
@@ -99,7 +105,7 @@ def cmd_find_rate(args: argparse.Namespace) -> int:
     one = {"engine": (split_list(_axis(args, "--engines")) or [args.engine])[0],
            "quant": (split_list(_axis(args, "--quants")) or [args.quant])[0],
            "device": (split_list(_axis(args, "--devices")) or [args.device])[0],
-           "deadline_ms": (split_list(_axis(args, "--deadlines"), float)
+           "deadline_ms": (split_list(_axis(args, "--deadlines"), float, flag="--deadlines")
                            or [args.deadline_ms])[0]}
     trials: list[dict[str, Any]] = []
 

@@ -28,8 +28,8 @@ DEFAULT_SIZES = "1,2,4,8"
 
 def _sizes(text: str) -> tuple[int, ...]:
     try:
-        sizes = tuple(split_list(text, int))
-    except ValueError as err:
+        sizes = tuple(split_list(text, int, flag="--robots"))
+    except UsageError as err:
         raise UsageError(f"--robots {text!r}: expected comma-separated counts, e.g. 1,2,4,8") \
             from err
     if not sizes or any(n < 1 for n in sizes):

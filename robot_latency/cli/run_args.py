@@ -79,7 +79,8 @@ def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engi
         publish_margin_ms=args.publish_margin_ms, on_new_command=args.on_new_command,
         log_dir=out, engine=engine, model=args.model, quant=quant, profile=args.profile,
         draft_model=args.draft, draft_k=args.draft_k or 0, target_device=device,
-        mmproj=args.mmproj, image_policy=args.image_policy, n_threads=args.n_threads,
+        mmproj=args.mmproj, image_policy=args.image_policy, frame_scale=args.frame_scale,
+        n_threads=args.n_threads,
         n_threads_batch=args.n_threads_batch,
         n_gpu_layers=args.n_gpu_layers, engine_options=_engine_options(args), cpu=cpu,
         runner=args.runner, engine_family=args.engine_family, calibration=args.calibration,
@@ -262,6 +263,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="with --mmproj: reuse (an unchanged frame stays in the KV cache), every "
                         "(encoded each cycle) or fit (downscaled, else left out, to fit the "
                         "budget left) (default %(default)s)")
+    p.add_argument("--frame-scale", type=float, default=_PC.frame_scale,
+                   help="with --mmproj, reuse or every: downscale each frame by this first, in "
+                        "(0, 1] (default %(default)s)")
     p.add_argument("--runner", default=_PC.runner, choices=RUNNERS)
     p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")

@@ -45,11 +45,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "engine": split_list(args.engines) or [args.engine],
         "quant": split_list(args.quants) or [args.quant],
         "device": split_list(args.devices) or [args.device],
-        "deadline_ms": split_list(args.deadlines, float) or [args.deadline_ms],
+        "deadline_ms": split_list(args.deadlines, float, flag="--deadlines") or [args.deadline_ms],
+        "image_policy": split_list(args.image_policies) or [args.image_policy],
+        "frame_scale": split_list(args.frame_scales, float, flag="--frame-scales")
+        or [args.frame_scale],
     }
-    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl}
+    points = [{"engine": e, "quant": q, "device": d, "deadline_ms": dl, "image_policy": ip,
+               "frame_scale": fs}
               for e in axes["engine"] for q in axes["quant"] for d in axes["device"]
-              for dl in axes["deadline_ms"]]
+              for dl in axes["deadline_ms"] for ip in axes["image_policy"]
+              for fs in axes["frame_scale"]]
+    for flag, value in (("--image-policies", args.image_policies),
+                        ("--frame-scales", args.frame_scales)):
+        if value and not args.mmproj:
+            raise UsageError(f"{flag}: only with --mmproj FILE (a vision tower)")
     varied = [k for k, v in axes.items() if len(v) > 1] or ["engine"]
     _check_sweep_axes(axes)  # every level, device and engine name, before anything
     out = Path(args.out)
@@ -66,8 +75,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     run_dirs, configs, configuration_of = [], [], {}
     # --repeats N: every configuration once, then every one again (round robin)
     for r, point in ((r, pt) for r in range(1, args.repeats + 1) for pt in points):
-        config_label = " ".join(f"{point[k]:g}ms" if k == "deadline_ms" else str(point[k])
-                                for k in varied)
+        config_label = " ".join(_axis_label(k, point[k]) for k in varied)
         label = config_label if args.repeats == 1 else f"{config_label} #{r}"
         configuration_of[label] = config_label
         run_dir = out / (config_label.replace(" ", "_").replace("/", "-")
@@ -77,7 +85,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             settings = replace(base, log_dir=run_dir, engine=point["engine"],
                                quant=point["quant"], target_device=point["device"],
                                deadline_ms=point["deadline_ms"],
-                               period_ms=max(args.period_ms, point["deadline_ms"]), label=label)
+                               period_ms=max(args.period_ms, point["deadline_ms"]), label=label,
+                               image_policy=point["image_policy"],
+                               frame_scale=point["frame_scale"])
         except SettingsError as err:
             raise usage_error(err) from err
         configs.append((run_dir, resolve_or_usage(settings)))
@@ -143,6 +153,15 @@ def _echo_repeats(rows: list[Any], configuration_of: dict[str, str], order: list
     summary = repeat_summary(rows, configuration_of, order)
     (out / "repeats.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     echo("\n" + "\n".join(repeat_lines(summary)))
+
+
+def _axis_label(axis: str, value: Any) -> str:
+    """A sweep point's value in its label: ``400ms``, ``x0.5`` (a frame scale), else as is."""
+    if axis == "deadline_ms":
+        return f"{value:g}ms"
+    if axis == "frame_scale":
+        return f"x{value:g}"
+    return str(value)
 
 
 def _check_sweep_axes(axes: dict[str, list[Any]]) -> None:
@@ -214,6 +233,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--progress", action="store_true",
                    help="the sweep's bar even when stderr is not a terminal")
     p.add_argument("--deadlines", default=None, help="comma-separated deadlines (ms)")
+    p.add_argument("--image-policies", default=None,
+                   help="with --mmproj: comma-separated image policies (reuse,every,fit)")
+    p.add_argument("--frame-scales", default=None,
+                   help="with --mmproj: comma-separated frame scales in (0, 1], e.g. 1,0.5")
     p.add_argument("--out", required=True, help="sweep directory to create")
     p.add_argument("--repeats", type=int, default=1,
                    help="runs per configuration, interleaved round robin (each configuration "

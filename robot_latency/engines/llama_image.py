@@ -40,8 +40,23 @@ from robot_latency.engines.base import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IMAGE_PHASES", "RGB_ENCODINGS", "FrameBlock", "FrameBlocks", "frame_block",
-           "frame_into_kv", "open_frames", "raw_frame", "sentinel"]
+__all__ = [
+    "IMAGE_PHASES",
+    "RGB_ENCODINGS",
+    "FrameBlock",
+    "FrameBlocks",
+    "context_for",
+    "frame_block",
+    "frame_into_kv",
+    "open_frames",
+    "raw_frame",
+    "sentinel",
+]
+
+#: The context a vision tower's model gets at least, unless told (``n_ctx``): a frame's image
+#: tokens (576 for CLIP ViT-L/14-336, 64 a tile for SigLIP with idefics3's shuffle) come on top
+#: of the prompt, which a text model's trained context (256 for the shipped planner) may not hold.
+VISION_MIN_CTX = 2048
 
 #: The phases a frame adds to a generation's record.
 IMAGE_PHASES = ("image_encode", "image_prefill")
@@ -310,3 +325,11 @@ def open_frames(llm: Any, lm_path: Path, config: Any, clock: Clock) -> FrameBloc
     return FrameBlocks(llm, lm_path, config.mmproj_path,
                        n_threads=config.n_threads_batch or config.n_threads,
                        n_batch=verify_batch_tokens(config), clock=clock)
+
+
+def context_for(config: Any, trained: int | None) -> int:
+    """The ``n_ctx`` a model is opened with: ``config.n_ctx`` where set (0: the model's trained
+    context), else, with a vision tower, at least :data:`VISION_MIN_CTX`."""
+    if config.n_ctx or not config.mmproj_path:
+        return int(config.n_ctx)
+    return max(int(trained or 0), VISION_MIN_CTX)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
+from robot_latency.engines import llama_image
 from robot_latency.engines.base import (
     AbortSignal,
     ClosesOnExit,
@@ -43,7 +44,6 @@ from robot_latency.engines.generate import (
     shared_prefix_len,
     tokenized,
 )
-from robot_latency.engines.llama_image import frame_block, frame_into_kv, open_frames
 from robot_latency.engines.llamacpp_config import KV_TYPES, LlamaCppConfig, verify_batch_tokens
 from robot_latency.llama_load import load_policy, open_llama
 
@@ -91,7 +91,8 @@ class LlamaCppEngine(ClosesOnExit):
         self.load_policy = load_policy(config.extra_bufts)
         try:
             self.llm = open_llama(
-                self.load_policy, model_path=str(path), n_ctx=config.n_ctx,
+                self.load_policy, model_path=str(path),
+                n_ctx=llama_image.context_for(config, self.profile.context_length),
                 n_threads=config.n_threads,
                 n_threads_batch=config.n_threads_batch or config.n_threads,
                 n_batch=verify_batch_tokens(config), n_ubatch=config.chunk_tokens,
@@ -118,7 +119,7 @@ class LlamaCppEngine(ClosesOnExit):
         self._prefix_tokens: list[int] = []
         if config.warm_prefix:
             self._warm(config.warm_prefix)
-        self.frames = open_frames(self.llm, path, config, clock)
+        self.frames = llama_image.open_frames(self.llm, path, config, clock)
         self.drafter: Any = None
         if config.draft == "model":
             from robot_latency.engines.speculative import DraftModelDrafter
@@ -251,7 +252,7 @@ class LlamaCppEngine(ClosesOnExit):
     def _generate(self, request: GenerationRequest, abort: AbortSignal | None,
                   trace: GenerationTrace) -> None:
         clock, llm, cfg = self.clock, self.llm, self.config
-        block = frame_block(self, request, trace)
+        block = llama_image.frame_block(self, request, trace)
         if request.prefix or block is not None:
             head = self._prefix(request.prefix) if request.prefix else [llm.token_bos()]
             tokens = head + (block.tokens if block is not None else []) + llm.tokenize(
@@ -262,7 +263,7 @@ class LlamaCppEngine(ClosesOnExit):
         keep = self._reuse_prefix(tokens)
         trace.prefix_cache_tokens = keep
         if block is not None:  # the frame: found in the KV cache, or evaluated into it now
-            keep = frame_into_kv(self, request, trace, tokens, len(head), block, keep)
+            keep = llama_image.frame_into_kv(self, request, trace, tokens, len(head), block, keep)
             if keep is None:
                 return
         # Prefill, chunk by chunk; the callback is armed for the whole prefill.

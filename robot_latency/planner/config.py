@@ -94,6 +94,8 @@ class RunSettings:
             (:mod:`robot_latency.planner.frame_policy`): ``reuse`` (an unchanged frame stays in
             the KV cache), ``every`` (encoded every cycle) or ``fit`` (reuse, and a new frame
             downscaled, else left out, to fit what is left of the budget).
+        frame_scale: ``reuse`` and ``every`` downscale each frame by this first, in (0, 1]
+            (1: as taken): the image resolution a sweep compares.
         target_device: the device the predictions are for (the sim engine simulates it).
         n_threads: decode threads (0: the builder's default).
         n_threads_batch: prefill threads (0: the builder's default).
@@ -140,6 +142,7 @@ class RunSettings:
     draft_k: int = 0
     mmproj: str | None = None
     image_policy: str = "reuse"
+    frame_scale: float = 1.0
     target_device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     n_threads_batch: int = 0
@@ -228,6 +231,7 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
          f"must be one of {ON_NEW_COMMAND}")
     need(bool(s.engine.strip()), "engine", "must not be empty")
     need(s.image_policy in FRAME_POLICIES, "image_policy", f"must be one of {FRAME_POLICIES}")
+    need(0 < s.frame_scale <= 1, "frame_scale", "must be in (0, 1]")
     need(s.draft_k >= 0, "draft_k", "must be >= 0 (0: the engine's default)")
     need(s.n_threads >= 0, "n_threads", "must be >= 0 (0: the default)")
     need(s.n_threads_batch >= 0, "n_threads_batch", "must be >= 0 (0: the default)")

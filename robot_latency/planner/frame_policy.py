@@ -1,7 +1,8 @@
 """What a cycle does with its camera frame when the engine has a vision tower (``image_policy``).
 
-- ``reuse`` (the default): the frame goes in as it is, keyed by its message; an unchanged frame
-  is found in the engine's KV cache (no encode, no image prefill).
+- ``reuse`` (the default): the frame goes in as it is (downscaled by ``frame_scale`` first,
+  where set), keyed by its message; an unchanged frame is found in the engine's KV cache (no
+  encode, no image prefill).
 - ``every``: every cycle encodes its frame again (its key made the cycle's own): what a planner
   without a frame cache pays.
 - ``fit``: ``reuse``, and a new frame is sent at the largest of :data:`FIT_SCALES` whose cost
@@ -41,8 +42,8 @@ _IMAGE_PHASES = ("image_encode", "image_prefill")
 class FramePolicy:
     """The loop's frame policy (see the module docstring); used from the loop's thread only."""
 
-    def __init__(self, policy: str = "reuse") -> None:
-        self.policy = policy
+    def __init__(self, policy: str = "reuse", frame_scale: float = 1.0) -> None:
+        self.policy, self.frame_scale = policy, frame_scale
         self.cost_ns: dict[float, deque[int]] = {s: deque(maxlen=COST_WINDOW)
                                                  for s in FIT_SCALES}
         self.text_ns: deque[int] = deque(maxlen=TEXT_WINDOW)
@@ -54,6 +55,9 @@ class FramePolicy:
         record's ``image`` saying so. ``left_ns``: the budget left at the cycle's start."""
         if frame is None:
             return None, None
+        if self.policy != "fit" and self.frame_scale != 1.0:
+            frame = replace(frame, key=f"{frame.key}@{self.frame_scale:g}",
+                            scale=self.frame_scale)
         if self.policy == "every":
             return replace(frame, key=f"{frame.key}#{cycle}"), None
         if self.policy != "fit":

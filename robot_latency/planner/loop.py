@@ -109,7 +109,7 @@ class PlannerLoop:
         #: on this clock, its image or None), or None (text only; CycleRecord.take_frame)
         self.frame_source: Callable[[], tuple[int, int, FrameImage | None] | None] | None = None
         self._image: FrameImage | None = None  # the cycle's frame, for a vision tower
-        self.frame_policy = FramePolicy(config.image_policy)
+        self.frame_policy = FramePolicy(config.image_policy, config.frame_scale)
         self.sleep_until = sleep_until or sleep_until_for(clock)
         self.mailbox = Mailbox(config.mailbox_capacity)
         self.fallback = FallbackChain.of_run(config.fallback,

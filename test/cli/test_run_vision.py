@@ -53,3 +53,39 @@ def test_run_without_a_tower_is_text_only(inputs, tmp_path: Path) -> None:
     for r in read_records(tmp_path / "text" / "cycles.jsonl"):
         assert r.image is None and r.frame_stamp_ns is None
         assert not {"image_encode", "image_prefill"} & set(r.phases_ns)
+
+
+def test_sweep_compares_frame_scales_and_image_policies(tmp_path: Path) -> None:
+    """sweep --frame-scales 1,0.5 with an idefics3 tower: a 256x256 frame is four 128-px tiles
+    and the global view at full size, one tile and the view at half; the policies axis names
+    its points too."""
+    import dataclasses
+
+    from robot_latency.models.bundled import bundled_model_path
+    from robot_latency.models.mmproj import SHAPES, write_mmproj
+    from robot_latency.streams import Command, write_bag
+    from robot_latency.streams.scene import render_scene, scene_frames
+
+    ms = 1_000_000
+    commands = [Command(t_ns=(50 + 400 * i) * ms, text=t, command_id=f"c{i}")
+                for i, t in enumerate(["stop", "go to the kitchen", "pick up the red cup"])]
+    frames = [dataclasses.replace(f, data=render_scene(i, width=256, height=256), width=256,
+                                  height=256)
+              for i, f in enumerate(scene_frames([0, 420 * ms], seed=1))]
+    bag = write_bag(tmp_path / "bag", commands, frames=tuple(frames))
+    mmproj = write_mmproj(SHAPES["tiny-shuffle"], tmp_path / "t.gguf",
+                          lm_path=bundled_model_path("planner"))
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--stream", str(bag), "--mmproj", str(mmproj), "--frame-scales",
+                 "1,0.5", "--image-policies", "reuse,every", "--mode", "event",
+                 "--deadline-ms", "60000", "--out", str(out)]) == 0
+    tokens = {}
+    for run in sorted(p for p in out.iterdir() if (p / "cycles.jsonl").is_file()):
+        recs = [r for r in read_records(run / "cycles.jsonl") if r.image is not None]
+        assert len(recs) == 3, run.name
+        tokens[run.name] = {r.image["tokens"] for r in recs}
+        reused = [r.image["reused"] for r in recs]
+        # frames at 0 and 420 ms, commands at 50, 450 and 850 ms: the last reuses the second
+        assert reused == ([False, False, True] if "reuse" in run.name else [False] * 3)
+    assert tokens == {"reuse_x1": {80}, "reuse_x0.5": {32}, "every_x1": {80},
+                      "every_x0.5": {32}}

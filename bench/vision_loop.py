@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         mmproj_path=str(mmproj)))
     policies = POLICIES if args.fit_budget_ms > 0 else POLICIES[:3]
     cycles: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
-    fit = FramePolicy("fit")
+    fit = FramePolicy("fit", 1.0)
     try:
         for rep in range(args.repeats):
             k = rep % len(policies)

@@ -42,7 +42,7 @@ _IMAGE_PHASES = ("image_encode", "image_prefill")
 class FramePolicy:
     """The loop's frame policy (see the module docstring); used from the loop's thread only."""
 
-    def __init__(self, policy: str = "reuse", frame_scale: float = 1.0) -> None:
+    def __init__(self, policy: str, frame_scale: float) -> None:
         self.policy, self.frame_scale = policy, frame_scale
         self.cost_ns: dict[float, deque[int]] = {s: deque(maxlen=COST_WINDOW)
                                                  for s in FIT_SCALES}

@@ -200,6 +200,8 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "with mmproj: reuse (an unchanged frame stays in the KV cache), every (encoded each "
           "cycle) or fit (reuse, and a new frame downscaled, else left out, to fit what is "
           "left of the budget; the record says so)"),
+    _spec("frame_scale", _PC.frame_scale, "double",
+          "with mmproj, reuse or every: downscale each frame by this first, in (0, 1]"),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -296,6 +298,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             profile=v["planner_profile"].strip() or None,
             draft_model=v["draft_model"].strip() or None, target_device=target,
             mmproj=v["mmproj"].strip() or None, image_policy=v["image_policy"].strip(),
+            frame_scale=v["frame_scale"],
             n_threads=v["n_threads"], n_threads_batch=v["n_threads_batch"],
             n_gpu_layers=v["n_gpu_layers"], engine_family=v["engine_family"].strip() or None,
             calibration=v["calibration"].strip() or None, cpu=cpu,

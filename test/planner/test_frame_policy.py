@@ -39,7 +39,7 @@ def _trace(*, image_ms: float = 0.0, text_ms: float = 10.0, reused: bool = False
 
 
 def test_reuse_and_every() -> None:
-    reuse, every = FramePolicy("reuse"), FramePolicy("every")
+    reuse, every = FramePolicy("reuse", 1.0), FramePolicy("every", 1.0)
     assert reuse.choose(FRAME, 3, 0) == (FRAME, None)  # whatever the budget
     sent, note = every.choose(FRAME, 3, 10**12)
     assert note is None and sent.key == "cam@1#3" and sent.data == FRAME.data
@@ -50,7 +50,7 @@ def test_reuse_and_every() -> None:
 
 
 def test_fit_learns_each_scale_and_falls_to_text_only() -> None:
-    fit = FramePolicy("fit")
+    fit = FramePolicy("fit", 1.0)
     first, note = fit.choose(FRAME, 0, 100 * MS)  # nothing measured: the full frame is tried
     assert note is None and first.scale == 1.0 and first.key == "cam@1@1"
     fit.learn(first, _trace(image_ms=300.0, text_ms=40.0))

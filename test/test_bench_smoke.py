@@ -245,9 +245,10 @@ def test_vision_loop(tmp_path: Path) -> None:
     assert len(reused) == 4 and all(c["image_prefill_ms"] is None for c in reused)
     assert all(c["image_encode_ms"] > 0 for c in doc["cycles"]["every"])
     # fit on a budget nothing fits: each scale tried once (learned), then text-only
-    assert [c["scale"] for c in doc["cycles"]["fit"]] == [1.0, 0.5, 0.25, None, None]
-    assert [c["image_tokens"] for c in doc["cycles"]["fit"]] == [80, 32, 32, 0, 0]
-    assert s["fit"]["text_only"] == 2
+    assert [c["scale"] for c in doc["cycles"]["fit"]] == [1.0, 0.75, 0.5, 0.25, None]
+    # 192 px is still 2 x 2 tiles of 128 (each side rounded), 128 and 64 px one tile
+    assert [c["image_tokens"] for c in doc["cycles"]["fit"]] == [80, 80, 32, 32, 0]
+    assert s["fit"]["text_only"] == 1
 
 
 def test_vision_overhead(tmp_path: Path) -> None:

@@ -28,8 +28,9 @@ from robot_latency.engines.base import FrameImage, GenerationTrace
 
 __all__ = ["COST_WINDOW", "FIT_SCALES", "TEXT_WINDOW", "FramePolicy"]
 
-#: The frame's scales ``fit`` tries, largest first.
-FIT_SCALES = (1.0, 0.5, 0.25)
+#: The frame's scales ``fit`` tries, largest first (the simulated loop's ``fit`` on the target
+#: tries the same unless told: :mod:`robot_latency.planner.target_image`).
+FIT_SCALES = (1.0, 0.75, 0.5, 0.25)
 #: Image costs kept per scale (the largest counts: a frame must fit on a bad cycle too).
 COST_WINDOW = 4
 #: Text-only engine times kept (their median counts).

@@ -49,6 +49,7 @@ from robot_latency.floor.steps import StepPredictor
 from robot_latency.floor.vision import VisionPrediction, predict_vision
 from robot_latency.floor.vision_tower import DEFAULT_FRAME_PX, VisionTower
 from robot_latency.planner.config import RunSettings
+from robot_latency.planner.frame_policy import FIT_SCALES
 from robot_latency.planner.target_sim import SimCommand, TargetAnswer, margin_ms, sim_commands
 from robot_latency.planner.untimed import UntimedPass
 from robot_latency.streams import CommandStream
@@ -59,7 +60,7 @@ __all__ = ["DEFAULT_FIT_SCALES", "IMAGE_POLICIES", "ImageLevel", "ImageSetting",
 #: What a cycle does with the camera frame (the module's docstring).
 IMAGE_POLICIES = ("every", "reuse", "fit")
 #: The frame's scales ``fit`` tries, largest first, unless told.
-DEFAULT_FIT_SCALES = (1.0, 0.75, 0.5, 0.25)
+DEFAULT_FIT_SCALES = FIT_SCALES
 
 
 @dataclass(frozen=True)

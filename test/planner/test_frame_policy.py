@@ -59,25 +59,28 @@ def test_fit_learns_each_scale_and_falls_to_text_only() -> None:
     fit.learn(first, _trace(text_ms=40.0, image_ms=1.0, reused=True))  # reused: no image cost
     assert list(fit.cost_ns[1.0]) == [300 * MS]
     new = FrameImage(key="cam@2", data=b"png")
-    half, _ = fit.choose(new, 2, 100 * MS)  # 300 + 40 > 100: the next scale, not yet measured
-    assert half.scale == FIT_SCALES[1] and half.key == "cam@2@0.5"
-    fit.learn(half, _trace(image_ms=50.0, text_ms=40.0))
-    third = FrameImage(key="cam@3", data=b"png")
-    assert fit.choose(third, 3, 100 * MS)[0].scale == 0.5  # 50 + 40 <= 100
-    quarter, _ = fit.choose(FrameImage(key="cam@4", data=b"png"), 4, 80 * MS)
-    assert quarter.scale == 0.25  # 50 + 40 > 80: the quarter, not yet measured
-    fit.learn(quarter, _trace(image_ms=45.0, text_ms=40.0))
-    none, note = fit.choose(FrameImage(key="cam@5", data=b"png"), 5, 60 * MS)
+    smaller, _ = fit.choose(new, 2, 100 * MS)  # 300 + 40 > 100: the next scale, not measured
+    assert smaller.scale == FIT_SCALES[1] == 0.75 and smaller.key == "cam@2@0.75"
+    fit.learn(smaller, _trace(image_ms=50.0, text_ms=40.0))
+    assert fit.choose(FrameImage(key="cam@3", data=b"png"), 3, 100 * MS)[0].scale == 0.75
+    cycle = 4
+    for scale, cost in ((0.5, 45.0), (0.25, 42.0)):  # each tried once as the budget shrinks
+        sent, _ = fit.choose(FrameImage(key=f"cam@{cycle}", data=b"png"), cycle, 80 * MS)
+        assert sent.scale == scale
+        fit.learn(sent, _trace(image_ms=cost, text_ms=40.0))
+        cycle += 1
+    last = sent
+    none, note = fit.choose(FrameImage(key="cam@9", data=b"png"), 9, 60 * MS)
     assert none is None and note["text_only"] and note["policy"] == "fit"
-    assert note["smallest_cost_ms"] == 45.0 and note["text_ms"] == 40.0
+    assert note["smallest_cost_ms"] == 42.0 and note["text_ms"] == 40.0
     # that text-only cycle cut the last frame from the KV cache: it is not taken as cached
-    again, _ = fit.choose(FrameImage(key="cam@4", data=b"png"), 6, 1 * MS)
-    assert again is None
+    assert fit.choose(FrameImage(key=last.key.split("@0.25")[0], data=b"png"), 10, MS)[0] \
+        is None
     # the largest of the newest costs counts, and only the newest COST_WINDOW
     for _ in range(COST_WINDOW):
-        fit.learn(quarter, _trace(image_ms=5.0, text_ms=40.0))
+        fit.learn(last, _trace(image_ms=5.0, text_ms=40.0))
     assert max(fit.cost_ns[0.25]) == 5 * MS
-    assert fit.choose(FrameImage(key="cam@6", data=b"png"), 7, 60 * MS)[0].scale == 0.25
+    assert fit.choose(FrameImage(key="cam@11", data=b"png"), 11, 60 * MS)[0].scale == 0.25
     # a failed generation teaches nothing
     before = list(fit.text_ns)
     fit.learn(first, GenerationTrace(started_ns=0, error="boom"))

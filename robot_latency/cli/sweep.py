@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     echo(to_markdown(rows))
     if args.repeats > 1:
         _echo_repeats(rows, configuration_of, [c.label for _, c in configs], out)
-    judged = correctness_for(load_runs(run_dirs), run_dirs, labels=labels,
+    runs = load_runs(run_dirs)
+    _echo_vision(runs, out)
+    judged = correctness_for(runs, run_dirs, labels=labels,
                              comparison=out / "comparison.json", transport_margin_ms=margin)
     if judged:
         echo("\n" + correctness_markdown(judged))
@@ -153,6 +156,17 @@ def _echo_repeats(rows: list[Any], configuration_of: dict[str, str], order: list
     summary = repeat_summary(rows, configuration_of, order)
     (out / "repeats.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     echo("\n" + "\n".join(repeat_lines(summary)))
+
+
+def _echo_vision(runs: list[Any], out: Path) -> None:
+    """Runs whose cycles planned with a camera frame: their frame figures (vision.json too)."""
+    from robot_latency.report.vision_runs import vision_markdown, vision_row
+
+    rows = [row for run in runs if (row := vision_row(run.label, run.records)) is not None]
+    if rows:
+        (out / "vision.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2)
+                                         + "\n", encoding="utf-8")
+        echo("\nThe camera frame (docs/VISION.md):\n\n" + vision_markdown(rows))
 
 
 def _axis_label(axis: str, value: Any) -> str:

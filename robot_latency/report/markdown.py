@@ -47,6 +47,7 @@ from robot_latency.report.target import (
     target_section,
 )
 from robot_latency.report.target_answer import CURVE_PLOT, plot_deadline_curve
+from robot_latency.report.vision_runs import vision_markdown, vision_row
 from robot_latency.stats import P99_MIN_SAMPLES, energy_per_plan
 
 log = logging.getLogger(__name__)
@@ -317,6 +318,9 @@ def write_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.P
                                                          transport_margin_ms=transport_margin_ms)],
                          host_warnings=[host_load_warning(d) for d in run_dirs],
                          correctness_md=correctness_markdown(judged) if judged else "")
+    seen = [row for run in runs if (row := vision_row(run.label, run.records)) is not None]
+    if seen:  # runs that planned with a camera frame: its part (report/vision_runs.py)
+        text += "\n## The camera frame\n\n" + vision_markdown(seen) + "\n"
     path = out / REPORT_NAME
     path.write_text(text, encoding="utf-8")
     log.info("report written to %s (%d configurations)", path, len(runs))

@@ -8,6 +8,7 @@ cache when it is the one before (``reuse``); ``every`` encodes each cycle.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_run_without_a_tower_is_text_only(inputs, tmp_path: Path) -> None:
         assert not {"image_encode", "image_prefill"} & set(r.phases_ns)
 
 
-def test_sweep_compares_frame_scales_and_image_policies(tmp_path: Path) -> None:
+def test_sweep_compares_frame_scales_and_image_policies(tmp_path: Path, capsys) -> None:
     """sweep --frame-scales 1,0.5 with an idefics3 tower: a 256x256 frame is four 128-px tiles
     and the global view at full size, one tile and the view at half; the policies axis names
     its points too."""
@@ -89,3 +90,13 @@ def test_sweep_compares_frame_scales_and_image_policies(tmp_path: Path) -> None:
         assert reused == ([False, False, True] if "reuse" in run.name else [False] * 3)
     assert tokens == {"reuse_x1": {80}, "reuse_x0.5": {32}, "every_x1": {80},
                       "every_x0.5": {32}}
+    # the frame's part per run, printed and in vision.json; the report has it too
+    printed = capsys.readouterr().out
+    assert "The camera frame" in printed and "| reuse x0.5 | 3 | 2 / 1 / 0 | 32 |" in printed
+    rows = {r["label"]: r for r in json.loads((out / "vision.json").read_text())}
+    assert (rows["every x1"]["frames_encoded"], rows["every x1"]["frames_reused"]) == (3, 0)
+    assert rows["reuse x1"]["image_tokens"] == 80 and 0 < rows["reuse x1"]["image_share_of_ttft"]
+    assert rows["reuse x1"]["frame_age_p50_ms"] > 0
+    assert main(["report", *[str(p) for p in sorted(out.glob("*_x*"))], "--out",
+                 str(tmp_path / "rep")]) == 0
+    assert "## The camera frame" in (tmp_path / "rep" / "report.md").read_text()

@@ -74,6 +74,7 @@ class CameraInput:
         self.clocks = clocks
         self.with_image = with_image
         self._warned = False
+        self._image: FrameImage | None = None  # the last frame converted (the loop's thread)
         self.msg_type = camera_type(topic)
         self._lock = threading.Lock()
         #: the newest frame (the message as received) and its header stamp (ns)
@@ -96,8 +97,13 @@ class CameraInput:
             stamp, msg = self.frame_stamp_ns, self.frame
         if stamp is None:
             return None
-        image = frame_image(msg, f"{self.msg_type.__name__}@{stamp}") \
-            if self.with_image else None
+        key = f"{self.msg_type.__name__}@{stamp}"
+        if not self.with_image:
+            image = None
+        elif self._image is not None and self._image.key == key:
+            image = self._image  # the same frame as the last cycle's: not converted again
+        else:
+            image = self._image = frame_image(msg, key)
         if self.with_image and image is None and not self._warned:
             self._warned = True
             log.warning("camera: Image encoding %r is not one of %s: the cycles plan "

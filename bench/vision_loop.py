@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--lm", default="json", help="json, planner or a GGUF path")
     ap.add_argument("--profile", default="", help="the profile (default: the shipped model's)")
     ap.add_argument("--tower", default="siglip-b16-512")

@@ -89,7 +89,7 @@ def time_frame(vc: VisionCost, png: bytes, lines: _Lines) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--tower", default="siglip-b16-512")
     ap.add_argument("--frames", type=int, default=3)
     ap.add_argument("--frame-px", default="640x480")

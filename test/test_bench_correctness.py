@@ -1,3 +1,4 @@
+
 """The correctness bench runs at its smallest settings: one level, both fallbacks, one repeat."""
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from robot_latency.lifetime import follow_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -20,7 +23,7 @@ def _run(tmp_path: Path, script: str, *args: str) -> Any:
         [str(ROOT), str(BENCH), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(BENCH / script), *args, "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=HANG_S, check=False)
+                          timeout=HANG_S, check=False, preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ") and script in doc["command"]

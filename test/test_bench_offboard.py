@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.lifetime import follow_parent
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "offboard.py"
 
@@ -20,7 +22,8 @@ def _bench(tmp_path: Path, *argv: str) -> dict:
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(BENCH), *argv, "--out", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ")

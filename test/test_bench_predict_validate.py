@@ -1,3 +1,4 @@
+
 """Smoke run of bench/predict_validate.py: the documented command, on the shipped tables."""
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from robot_latency.lifetime import follow_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -18,7 +21,7 @@ def test_predict_validate(tmp_path: Path) -> None:
         [str(ROOT), str(BENCH), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(BENCH / "predict_validate.py"), "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
+                          check=False, preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ") and "predict_validate.py" in doc["command"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from robot_latency.lifetime import follow_parent
 from robot_latency.models.bundled import bundled_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,8 @@ def _run(tmp_path: Path, script: str, *args: str, ok: bool = True) -> Any:
         "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1"}
     proc = subprocess.run([sys.executable, str(BENCH / script), *args,
                            *(["--out", str(out)] if ok else [])], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=HANG_S, check=False)
+                          capture_output=True, text=True, timeout=HANG_S, check=False,
+                          preexec_fn=follow_parent())
     if not ok:
         return proc
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from robot_latency.lifetime import follow_parent
 from robot_latency.models.bundled import bundled_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def _bench(tmp_path: Path, *argv: str) -> Any:
            "ROBOT_LATENCY_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, str(BENCH / "target_sim.py"), *argv, "--out",
                            str(out)], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path, check=False)
+                          cwd=tmp_path, check=False, preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ") and "target_sim.py" in doc["command"]
@@ -54,7 +55,8 @@ def test_predict_stream_time_smoke(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "predict_stream_time.py"), "--repeats",
                            "1", "--commands", "2", "--vocab", "2000", "--cache-dir",
                            str(tmp_path / "cache"), "--out", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+                          preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python ") and "predict_stream_time.py" in doc["command"]

@@ -23,6 +23,7 @@ from robot_latency.hostcheck import (
     check_jetson_clocks,
     check_rtprio,
 )
+from robot_latency.lifetime import follow_parent
 from robot_latency.planner.budget import available_cpus
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -34,7 +35,7 @@ STATUSES = (OK, WARN, FAIL)
 def doctor(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "robot_latency.cli", "doctor",
                            "--cache-dir", str(cache), *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, preexec_fn=follow_parent())
 
 
 def _by_name(checks: list[dict[str, str]]) -> dict[str, dict[str, str]]:

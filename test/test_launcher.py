@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from robot_latency.launcher import LaunchError, declared_arguments, launch_dir, plan_launch
-from robot_latency.lifetime import popen
+from robot_latency.lifetime import follow_parent, popen
 from robot_latency.records import read_records
 from robot_latency.rosenv import LOCALHOST_ENV
 from robot_latency.streams import Command, write_bag
@@ -90,7 +90,7 @@ def test_bad_launches_are_one_line_errors(name: str, arguments: dict[str, str],
 
 def test_the_command_names_a_bad_argument() -> None:
     done = subprocess.run([*CLI, "launch", "planner", "speeed:=1"], env=_env(),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, preexec_fn=follow_parent())
     assert done.returncode == 2
     assert "planner.launch.py declares no argument speeed" in done.stderr
     assert "Traceback" not in done.stderr
@@ -135,7 +135,7 @@ def test_the_replay_launch_ends_when_the_replay_does(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = subprocess.run([*CLI, "launch", "replay", f"bag:={bag}", "speed:=1.0", "engine:=sim",
                            "mode:=event", f"log_dir:={run_dir}"], env=_env(),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, preexec_fn=follow_parent())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # The run is closed whole. (Commands are not counted: the launch file, like this command,
     # starts the replayer at once, and a command that reaches the planner before its run is

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from robot_latency.floor.shapes import ModelShape
+from robot_latency.lifetime import follow_parent
 from robot_latency.models.synth import synth
 from robot_latency.profiles.contract import complete_plan
 from robot_latency.profiles.profile import load_planning
@@ -74,7 +75,7 @@ def test_bring_your_own_model_as_written(tmp_path: Path) -> None:
     for command in commands:
         line = command.replace(MODEL_PATH, str(model)).replace(BAG_PATH, str(bag))
         done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=900)
+                              text=True, timeout=900, preexec_fn=follow_parent())
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, done.stderr
     # what the steps left behind

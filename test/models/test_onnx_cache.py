@@ -13,6 +13,7 @@ import pytest
 
 from robot_latency.cli import main
 from robot_latency.engines.providers import choose_providers, cuda_device_count
+from robot_latency.lifetime import follow_parent
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.onnx_cache import OnnxCacheError, ensure_onnx_export
 from robot_latency.records import read_records
@@ -76,7 +77,8 @@ def test_run_engine_onnx_without_model_uses_the_cached_export(cache: Path,
     done = subprocess.run(
         [sys.executable, "-m", "robot_latency.cli", "run", "--stream", str(stream),
          "--engine", "onnx", "--asap", "--deadline-ms", "5000", "--period-ms", "5000",
-         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
+         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600,
+         preexec_fn=follow_parent())
     assert done.returncode == 0, done.stderr
     assert "EP Error" not in done.stdout + done.stderr
     manifest = json.loads((out / "manifest.json").read_text())

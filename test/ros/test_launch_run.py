@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from robot_latency.lifetime import follow_parent
 from robot_latency.records import read_records
 from robot_latency.rosenv import LOCALHOST_ENV, ros_facts
 from robot_latency.streams import Command, write_bag
@@ -91,7 +92,8 @@ def _launch(env: dict[str, str], version: str, launch_file: str, want_plans: int
         [str(VENDOR / version), env.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(DRIVER), str(share / "launch" / launch_file),
                            str(want_plans), str(timeout_s), *arguments],
-                          env=run_env, capture_output=True, text=True, timeout=timeout_s + 120)
+                          env=run_env, capture_output=True, text=True, timeout=timeout_s + 120,
+                          preexec_fn=follow_parent())
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,3 +1,4 @@
+
 """planner_node soaked for two minutes from outside: bench/node_soak.py at 2 Hz, invariants only.
 
 The node is its own process (llama.cpp, the shipped compact planner, event mode), the client is
@@ -23,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from robot_latency.lifetime import follow_parent
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 DURATION_S = 120
@@ -42,7 +45,7 @@ def test_two_minutes_of_commands_hold_the_invariants(tmp_path: Path) -> None:
                            "--duration-s", str(DURATION_S), "--rate-hz", str(RATE_HZ),
                            "--warmup-s", "30", "--sample-s", "10", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=HANG_S, check=False)
+                          timeout=HANG_S, check=False, preexec_fn=follow_parent())
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     n = round(DURATION_S * RATE_HZ)

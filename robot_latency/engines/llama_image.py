@@ -48,9 +48,9 @@ __all__ = [
     "context_for",
     "frame_block",
     "frame_into_kv",
+    "frame_sentinel",
     "open_frames",
     "raw_frame",
-    "sentinel",
 ]
 
 #: The context a vision tower's model gets at least, unless told (``n_ctx``): a frame's image
@@ -87,7 +87,7 @@ def raw_frame(key: str, encoding: str, width: int, height: int, step: int,
                       rgb=np.ascontiguousarray(px).tobytes())
 
 
-def sentinel(key: str) -> int:
+def frame_sentinel(key: str) -> int:
     """The negative id standing for every image token of the frame keyed ``key``."""
     return -1 - (zlib.crc32(key.encode("utf-8")) & 0x3FFFFFFF)
 
@@ -214,7 +214,7 @@ class FrameBlocks:
             m.mtmd_bitmap_free(bitmap)
             raise EngineError(f"frame {frame.key} ({width}x{height}): mtmd_tokenize "
                               f"returned {rc}")
-        mark = sentinel(frame.key)
+        mark = frame_sentinel(frame.key)
         tokens: list[int] = []
         image_tokens = image_chunks = 0
         for i in range(m.mtmd_input_chunks_size(chunks)):
@@ -265,7 +265,7 @@ class FrameBlocks:
                 raise EngineError(f"llamacpp: the image prefill of {n} tokens failed ({rc}): "
                                   "is n_ctx large enough for the frame?")
             # the positions the frame now holds, marked with its sentinel for the prefix match
-            llm.input_ids[llm.n_tokens: llm.n_tokens + n] = sentinel(block.key)
+            llm.input_ids[llm.n_tokens: llm.n_tokens + n] = frame_sentinel(block.key)
             llm.n_tokens += n
             encode_ns += t1 - t0
             prefill_ns += t2 - t1

@@ -14,7 +14,7 @@ import pytest
 
 from robot_latency.cli import main
 from robot_latency.engines.base import EngineError, FrameImage, GenerationRequest, StopReason
-from robot_latency.engines.llama_image import sentinel
+from robot_latency.engines.llama_image import frame_sentinel
 from robot_latency.engines.llamacpp import LlamaCppEngine
 from robot_latency.engines.llamacpp_config import LlamaCppConfig
 from robot_latency.models.bundled import bundled_model_path
@@ -77,7 +77,7 @@ def test_a_frame_is_encoded_once_kept_in_the_kv_and_replaced_by_the_next(engine,
     assert sum(phases[p] for p in ("tokenize", "prefill", "image_encode", "image_prefill")) \
         <= a1.prefill_chunk_ns[-1] - a1.started_ns
     ids = list(engine.llm.input_ids[prefix: prefix + 16])
-    assert ids == [sentinel("frame-1")] * 16
+    assert ids == [frame_sentinel("frame-1")] * 16
 
     a2 = _ask(engine, planning, _frame(1), "stop")  # the same frame, another command
     assert a2.image["reused"] and "image_encode" not in a2.phases_ns()
@@ -86,7 +86,7 @@ def test_a_frame_is_encoded_once_kept_in_the_kv_and_replaced_by_the_next(engine,
 
     b = _ask(engine, planning, _frame(2))  # a new frame: encoded again
     assert not b.image["reused"] and b.phases_ns()["image_prefill"] > 0
-    assert list(engine.llm.input_ids[prefix: prefix + 16]) == [sentinel("frame-2")] * 16
+    assert list(engine.llm.input_ids[prefix: prefix + 16]) == [frame_sentinel("frame-2")] * 16
 
     a3 = _ask(engine, planning, _frame(1))  # frame 1 again after 2: the same plan as at first
     assert not a3.image["reused"] and a3.tokens == a1.tokens

@@ -44,6 +44,7 @@ from typing import Any
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.node import Node
 
+from robot_latency.ros.action_warmup import WARM_UP_REASON
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.plan_msg import goal_command_id, no_plan
 from robot_latency.ros.topics import PLAN_ACTION
@@ -76,6 +77,7 @@ class _Goal:
     reason: str = ""  # why it has no plan: cancelled, superseded, skipped, not_running
     final_tokens: int = 0  # what the model generated in the goal's cycle
     published_ns: int = 0
+    warm_up: bool = False  # the node's own warm-up goal (robot_latency.ros.action_warmup)
 
 
 class PlanActionServer:
@@ -112,6 +114,7 @@ class PlanActionServer:
         self._poll.cancel()
         self.goals_accepted = 0
         self.goals_rejected = 0
+        self._warm_up_ids: set[str] = set()
         self._wake = node.create_guard_condition(self._finish_ready)
         self._server = ActionServer(node, PlanCommand, PLAN_ACTION,
                                     execute_callback=self._execute,
@@ -175,6 +178,24 @@ class PlanActionServer:
         self._wake.trigger()
 
     # --- goals (executor thread) -------------------------------------------------------------
+    def register_warm_up(self, command_id: str) -> None:
+        """The goal with this id (32 hex digits) is the node's own warm-up: served at once, never
+        planned (robot_latency.ros.action_warmup)."""
+        self._warm_up_ids.add(command_id)
+
+    def _serve_warm_up(self, goal: _Goal) -> None:
+        """Answer the warm-up goal through every path a planned goal takes: its feedback phases
+        and a SUCCEEDED result (a plan of source ``none``), with no cycle behind it."""
+        goal.warm_up = True
+        with self._lock:
+            for phase in ("queue", "prefill", "decode"):
+                self._feedback(goal, phase, 0)
+            stamp = self.node.get_clock().now().to_msg()
+            goal.result = no_plan(goal.command_id, WARM_UP_REASON, stamp=stamp)
+            goal.handed_over, goal.published_ns = True, self.clock()
+            self._done.append(goal)
+        self._wake.trigger()
+
     def _on_goal(self, goal: PlanCommand.Goal) -> GoalResponse:
         if self._driver() is None:
             self.goals_rejected += 1
@@ -188,6 +209,10 @@ class PlanActionServer:
         request: PlanCommand.Goal = handle.request
         command_id = goal_command_id(handle.goal_id.uuid)
         goal = _Goal(handle, command_id, self.clock())
+        if command_id in self._warm_up_ids:
+            self._warm_up_ids.discard(command_id)
+            self._serve_warm_up(goal)
+            return
         if driver is None:  # the run closed between the goal's acceptance and now
             self._finish(goal, aborted=True)
             return
@@ -247,7 +272,7 @@ class PlanActionServer:
             result = goal.result
             if result is not None:
                 handle.succeed()  # from CANCELING too: the plan came before the cancel
-                if self._on_handoff is not None:
+                if self._on_handoff is not None and not goal.warm_up:
                     self._on_handoff(goal.way_in_ns + self.clock() - goal.published_ns)
                 return PlanCommand.Result(plan=result)
             if goal.reason == "cancelled" and handle.is_cancel_requested:

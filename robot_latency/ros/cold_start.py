@@ -16,6 +16,8 @@ send and receive times among them):
     calibration_ready    configure step (its run, opening at activate, finds it in memory)
     warm_up_started      the warm-up generation (robot_latency.planner.warmup), in the loop's
     warm_up_ended        thread, its CPU budget in effect
+    action_warm_up_started  the node's own PlanCommand goal (robot_latency.ros.action_warmup)
+    action_warm_up_ended    its result back: the action's paths warm
     margin_measured      the loopback pings back (the transport margin measured); absent when
                          the margin is fixed
     ready                ``planner/ready`` true (robot_latency.ros.readiness)
@@ -66,7 +68,9 @@ AFTER: dict[str, tuple[str, ...]] = {
     "warm_up_started": ("model_loaded", "configured", "run_opened"),
     "warm_up_ended": ("warm_up_started",),
     "margin_measured": ("configured",),
-    "ready": ("warm_up_ended", "margin_measured", "configured"),
+    "action_warm_up_started": ("configured", "warm_up_ended"),
+    "action_warm_up_ended": ("action_warm_up_started",),
+    "ready": ("warm_up_ended", "margin_measured", "configured", "action_warm_up_ended"),
     "first_plan_in_time": ("model_loaded", "warm_up_ended"),
 }
 
@@ -124,6 +128,8 @@ class ColdStart:
         self.finished = False  # the first plan in time is in
         #: how the target calibration was had (robot_latency.floor.calstore's to_dict)
         self.calibration_cache: dict[str, Any] | None = None
+        #: the action's warm-up goal: status, feedback phases, elapsed_ms
+        self.action_warm_up: dict[str, Any] | None = None
 
     @contextmanager
     def calibration(self) -> Iterator[None]:
@@ -150,8 +156,10 @@ class ColdStart:
             self.run = run
         return run is self.run and not self.finished
 
-    def ready(self, run: Any, *, pings_ended_ns: int | None) -> None:
-        """The node said it is ready with ``run`` (a PlannerRun) open."""
+    def ready(self, run: Any, *, pings_ended_ns: int | None,
+              action_warm_up: dict[str, Any] | None = None) -> None:
+        """The node said it is ready with ``run`` (a PlannerRun) open; ``action_warm_up``: the
+        action's warm-up goal (robot_latency.ros.action_warmup's ``result``)."""
         if not self._mine(run) or "ready" in self.events_ns:
             return
         for event, at_ns in getattr(run, "open_events_ns", {}).items():
@@ -162,6 +170,12 @@ class ColdStart:
                 self.events_ns[event] = warm[key]
         if pings_ended_ns is not None:
             self.events_ns["margin_measured"] = pings_ended_ns
+        for event, key in (("action_warm_up_started", "started_ns"),
+                           ("action_warm_up_ended", "ended_ns")):
+            if isinstance((action_warm_up or {}).get(key), int):
+                self.events_ns[event] = (action_warm_up or {})[key]
+        self.action_warm_up = action_warm_up and {
+            k: v for k, v in action_warm_up.items() if k in ("status", "feedback", "elapsed_ms")}
         self.calibration_cache = getattr(run, "calibration_cache", None) or self.calibration_cache
         self.mark("ready")
         self._write()
@@ -170,7 +184,8 @@ class ColdStart:
             ("process_start_to_node_ms", "to the node"), ("model_load_ms", "model load"),
             ("calibration_ms", "target calibration"),
             ("run_open_ms", "run open"), ("prediction_ms", "of it the target prediction"),
-            ("warm_up_ms", "warm-up"), ("warm_up_ended_to_ready_ms", "then to ready"))
+            ("warm_up_ms", "warm-up"), ("action_warm_up_ms", "of it the action's warm-up goal"),
+            ("warm_up_ended_to_ready_ms", "then to ready"))
             if phases.get(key) is not None]
         cache = (self.calibration_cache or {}).get("outcome", "none")
         log.info("cold start: ready %s after the process started (%s; calibration cache: %s)",
@@ -207,6 +222,8 @@ class ColdStart:
                 "prediction_ms": self._between("run_open_started", "prediction_ready"),
                 "run_open_ms": self._between("run_open_started", "run_opened"),
                 "warm_up_ms": self._between("warm_up_started", "warm_up_ended"),
+                "action_warm_up_ms": self._between("action_warm_up_started",
+                                                   "action_warm_up_ended"),
                 # the loopback pings run while the executor spins: after configure (the
                 # managed node) or after the warm-up (the plain node); ready waits for the rest
                 "warm_up_ended_to_ready_ms": self._between("warm_up_ended", "ready"),
@@ -224,6 +241,7 @@ class ColdStart:
                 {k: (v - start) / 1e6 for k, v in events.items()},
                 "process_start_resolution_ms": clock_tick_ms(),
                 "phases_ms": self.phases_ms(), "calibration_cache": self.calibration_cache,
+                "action_warm_up": self.action_warm_up,
                 "first_plan": self.first_plan,
                 "first_plan_in_time": self.first_plan_in_time}
 

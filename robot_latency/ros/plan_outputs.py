@@ -27,6 +27,7 @@ from std_msgs.msg import String
 
 from robot_latency.planner.config import RunSettings
 from robot_latency.ros.action_server import PlanActionServer
+from robot_latency.ros.action_warmup import ActionWarmUp
 from robot_latency.ros.cycle_stats import ClockBridge, time_msg
 from robot_latency.ros.driver import PlannerDriver
 from robot_latency.ros.plan_msg import typed_plan
@@ -73,6 +74,8 @@ class PlanOutputs:
         self._plan_pub = create_publisher(Plan, PLAN_TOPIC, qos)
         self._json_pub = create_publisher(String, PLAN_JSON_TOPIC, qos) if plan_json else None
         self.actions = PlanActionServer(node, driver=driver, on_handoff=on_handoff)
+        # the node's own first goal, before it says it is ready (robot_latency.ros.readiness)
+        self.warm_up = ActionWarmUp(node, self.actions.register_warm_up)
 
     def publish(self, envelope: Mapping[str, Any]) -> None:
         """Publish one cycle's plan (the loop's thread) and hand it to its goal, if any."""
@@ -99,6 +102,7 @@ class PlanOutputs:
 
     def destroy(self, destroy_publisher: Callable[[Any], Any]) -> None:
         """Remove the publishers and the action server (open goals are aborted)."""
+        self.warm_up.destroy()
         self.actions.destroy()
         for pub in (self._plan_pub, self._json_pub):
             if pub is not None:

@@ -8,7 +8,9 @@ The node says it is ready only once all of these hold:
 - the engine is loaded and its fixed prefix evaluated (at run open, before the loop starts);
 - the loop thread runs and the engine is warm: one generation thrown away
   (:mod:`robot_latency.planner.warmup`);
-- the PlanCommand action server and the topics exist (created at configure);
+- the PlanCommand action server and the topics exist (created at configure), and the node's
+  own warm-up goal went through the action's goal, feedback and result paths
+  (:mod:`robot_latency.ros.action_warmup`; started when the check is armed);
 - the loopback pings that measure the transport margin are back (when it is measured).
 
 Then it publishes ``true`` on ``planner/ready`` and logs ``planner ready: ...``; when the run
@@ -51,13 +53,16 @@ class Readiness:
         node: the planner node (a plain publisher: it says false in every state).
         ready: the conditions besides the loop's (called in the executor thread).
         on_ready: called once each time the node becomes ready (after ``true`` is published).
+        on_arm: called each time the check is armed (the loop runs), before the first check.
     """
 
     def __init__(self, node: Node, ready: Callable[[], bool],
-                 on_ready: Callable[[], None] | None = None) -> None:
+                 on_ready: Callable[[], None] | None = None,
+                 on_arm: Callable[[], None] | None = None) -> None:
         self.node = node
         self._ready = ready
         self._on_ready = on_ready
+        self._on_arm = on_arm
         self.is_ready = False
         self._timer: Any = None
         self._pub = node.create_publisher(Bool, READY_TOPIC, ready_qos())
@@ -66,6 +71,8 @@ class Readiness:
     def arm(self) -> None:
         """Start checking (the loop runs): say true as soon as the conditions hold."""
         if self._timer is None and not self.is_ready:
+            if self._on_arm is not None:
+                self._on_arm()
             self._timer = self.node.create_timer(CHECK_PERIOD_S, self._check)
 
     def _check(self) -> None:
@@ -97,10 +104,11 @@ class Readiness:
 # this module).
 def core_ready(core: Any) -> bool:
     """Whether a planner node's core serves plans on time now: a run open, its loop running
-    (started only once the engine is warm), the action and topics there, the pings back."""
+    (started only once the engine is warm), the action and topics there, the action's warm-up
+    goal back, the pings back."""
     driver, probe = core.driver, core.probe
     return (driver is not None and not driver.finished.is_set() and core.outputs is not None
-            and (probe is None or not probe.pinging))
+            and core.outputs.warm_up.done and (probe is None or not probe.pinging))
 
 
 def ready_line(core: Any) -> str:
@@ -110,6 +118,9 @@ def ready_line(core: Any) -> str:
     parts = []
     if warm is not None:
         parts.append(f"warm-up generation {warm['status']} in {warm['elapsed_ms']:.0f} ms")
+    action = core.outputs.warm_up.line() if core.outputs is not None else None
+    if action is not None:
+        parts.append(action)
     if probe is not None:
         parts.append(f"transport loopback {probe.pings_received} of {probe.pings_sent} pings")
     parts.append(f"{core.node.resolve_topic_name(READY_TOPIC)} true")
@@ -121,10 +132,18 @@ def _became_ready(core: Any) -> None:
     # the start-up's record (robot_latency.ros.cold_start): ready, the warm-up, the pings' end
     if core.driver is not None:
         core.cold.ready(core.driver.run, pings_ended_ns=None if core.probe is None
-                        else core.probe.pings_ended_ns)
+                        else core.probe.pings_ended_ns,
+                        action_warm_up=None if core.outputs is None
+                        else core.outputs.warm_up.result)
 
 
 def core_readiness(core: Any) -> Readiness:
     """The readiness signal of a planner node's core (its log line on the node's logger; the
     node's cold-start record notes it)."""
-    return Readiness(core.node, lambda: core_ready(core), lambda: _became_ready(core))
+    return Readiness(core.node, lambda: core_ready(core), lambda: _became_ready(core),
+                     on_arm=lambda: _warm_up_action(core))
+
+
+def _warm_up_action(core: Any) -> None:
+    if core.outputs is not None:
+        core.outputs.warm_up.start()

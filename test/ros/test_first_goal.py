@@ -180,6 +180,7 @@ def test_the_cold_start_is_recorded_in_order(planner: Planner) -> None:
     assert set(events) >= {"process_start", "node_created", "model_load_started", "model_loaded",
                            "configured", "run_open_started", "prediction_ready", "run_opened",
                            "warm_up_started", "warm_up_ended", "margin_measured",
+                           "action_warm_up_started", "action_warm_up_ended",
                            "ready", "first_plan", "first_plan_in_time"}, events
     assert out_of_order(events) == [], events
     assert list(events.values()) == sorted(events.values())  # kept in time order
@@ -189,6 +190,12 @@ def test_the_cold_start_is_recorded_in_order(planner: Planner) -> None:
     assert first == cold["first_plan"] and first["cycle"] == 0 and first["sent_stamped"]
     assert first["source"] == "model" and first["deadline_met"]
     assert first["deadline_ms"] == GOAL_DEADLINE_MS
+    # the node's own goal went through the action's goal, feedback and result paths before
+    # ready, and was never planned (the first goal's cycle is cycle 0: the other test)
+    warm = cold["action_warm_up"]
+    assert warm["status"] == "succeeded" and warm["elapsed_ms"] >= 0, warm
+    assert set(warm["feedback"]) <= {"queue", "prefill", "decode"}, warm
+    assert events["warm_up_ended"] <= events["action_warm_up_started"] < events["ready"]
     phases = cold["phases_ms"]
     at_configure = phases.pop("calibration_ms")  # the managed node's only
     assert all(v is not None and v >= 0 for v in phases.values()), phases
@@ -217,9 +224,11 @@ def test_sigterm_stops_the_node_cleanly(planner: Planner) -> None:
     # ready only after the warm-up generation and the loopback pings, in the node's own log
     lines = stderr.splitlines()
     at = {key: next(i for i, line in enumerate(lines) if key in line)
-          for key in ("warm-up generation:", "transport loopback:", "planner ready:")}
+          for key in ("warm-up generation:", "transport loopback:", "planner ready:",
+                      "action warm-up goal succeeded")}
     assert at["warm-up generation:"] < at["planner ready:"], stderr
     assert at["transport loopback:"] < at["planner ready:"], stderr
+    assert at["action warm-up goal succeeded"] == at["planner ready:"], stderr  # one line
     summary = json.loads((planner.log_dir / "summary.json").read_text())
     warm = summary["warm_up"]
     assert warm["status"] == "ok" and warm["tokens_out"] > 0, warm

@@ -67,7 +67,8 @@ def make_labelled_streams(out_dir: Path | str, corpus: Corpus, *,
                              share=share, seed=spec.seed)
         path = make_stream_file(out_dir / spec.name, texts, process=spec.process,
                                 rate_hz=spec.rate_hz, seed=spec.seed, storage=storage,
-                                burst_size=spec.burst_size, burst_gap_s=spec.burst_gap_s)
+                                burst_size=spec.burst_size, burst_gap_s=spec.burst_gap_s,
+                                frames_hz=spec.frames_hz)
         write_corpus_labels(path, texts, truth)
         paths.append(path)
     return paths

@@ -20,7 +20,8 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "streams"
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """One shipped stream: its name (the bag directory) and its arrival process."""
+    """One shipped stream: its name (the bag directory), its arrival process and, where
+    ``frames_hz`` > 0, a camera topic (:mod:`robot_latency.streams.scene`'s table scenes)."""
 
     name: str
     process: str
@@ -29,6 +30,7 @@ class StreamSpec:
     n_commands: int
     burst_size: int = 5
     burst_gap_s: float | None = None
+    frames_hz: float = 0.0
 
 
 SHIPPED_STREAMS: tuple[StreamSpec, ...] = (
@@ -36,6 +38,10 @@ SHIPPED_STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(name="steady_operator", process="poisson", rate_hz=0.5, seed=1, n_commands=60),
     # The same mean pace in bursts of five quick commands with long pauses between.
     StreamSpec(name="bursty_operator", process="bursty", rate_hz=0.5, seed=2, n_commands=60),
+    # The steady pace with a camera: a 128x96 PNG table scene at 2 Hz on
+    # /camera/image/compressed, for a planner that sees (docs/VISION.md).
+    StreamSpec(name="camera_operator", process="poisson", rate_hz=0.5, seed=3, n_commands=30,
+               frames_hz=2.0),
 )
 
 
@@ -91,6 +97,7 @@ def make_shipped_streams(
             storage=storage,
             burst_size=spec.burst_size,
             burst_gap_s=spec.burst_gap_s,
+            frames_hz=spec.frames_hz,
         )
         for spec in specs
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,16 @@ def test_shipped_streams_are_reproducible(tmp_path: Path) -> None:
         assert len(shipped.commands) == spec.n_commands
         assert [(c.t_ns, c.text) for c in made.commands] == \
             [(c.t_ns, c.text) for c in shipped.commands]
+        # a stream with a camera ships its frames: the same scenes at the same times
+        assert [(f.t_ns, f.stamp_ns, f.size_bytes, f.encoding) for f in made.frames] == \
+            [(f.t_ns, f.stamp_ns, f.size_bytes, f.encoding) for f in shipped.frames]
+        assert bool(shipped.frames) == (spec.frames_hz > 0)
+        if spec.frames_hz:
+            assert shipped.camera_topic == "/camera/image/compressed"
+            period_ns = round(1e9 / spec.frames_hz)
+            assert {b.t_ns - a.t_ns for a, b in pairwise(shipped.frames)} == \
+                {period_ns}
+            assert shipped.frames[-1].t_ns >= shipped.commands[-1].t_ns - period_ns
 
 
 def test_process_required(tmp_path: Path) -> None:

@@ -114,7 +114,12 @@ def planner(request: pytest.FixtureRequest, ros_context: Context,
            "ROS_DOMAIN_ID": str(ros_context.get_domain_id()),
            "ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "PYTHONUNBUFFERED": "1"}
+    # One prefill thread, as one decode thread: with the default (every core) a prefill on a
+    # 2-core host whose other core a busy process holds waits at each of llama.cpp's thread
+    # barriers for the descheduled thread; seen in a loaded suite run, a 10-token prefill took
+    # 734-753 ms against 4-31 ms, and the first goal got the fallback for it, warm start or not.
     proc = popen([str(BIN / request.param), "--ros-args", "-p", "engine:=llamacpp",
+                  "-p", "n_threads:=1", "-p", "n_threads_batch:=1",
                   "-p", "mode:=event", "-p", f"log_dir:={log_dir}",
                   "-p", f"deadline_ms:={NODE_DEADLINE_MS}", "-p", f"period_ms:={NODE_DEADLINE_MS}"],
                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

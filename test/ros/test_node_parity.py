@@ -229,11 +229,7 @@ def test_same_topics_with_the_same_types(nodes: Nodes) -> None:
             got = nodes.endpoints(kind)
         except NodeNameNonExistentError:  # not in the graph yet
             return None
-        # the steady state: the action's warm-up client (robot_latency.ros.action_warmup)
-        # subscribes to the action's feedback and status only until the node is ready
-        warm_up_client = any(d == "sub" and t.startswith(f"{PLAN_ACTION}/_action/")
-                             for d, t, _ in got)
-        return got if expected <= got and not warm_up_client else None
+        return got if expected <= got else None
     found = {kind: nodes.wait_for(lambda k=kind: discovered(k), 30, f"the {kind} node's topics")
              for kind in KINDS}
     assert found["plain"] == found["managed"] - LIFECYCLE_ONLY, (

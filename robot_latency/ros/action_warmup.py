@@ -15,9 +15,7 @@ sent by an rclpy ActionClient on the node, over the middleware as an outside cli
 ``planner/ready`` waits for the result (robot_latency.ros.readiness), or for
 :data:`WARM_UP_TIMEOUT_S` (then the node says so and is ready without it: the warm-up never keeps
 a node from planning). What it took is in the ready log line and the cold-start record
-(``action_warm_up_started``, ``action_warm_up_ended``: robot_latency.ros.cold_start). The
-client exists only for the warm-up: made when it starts, removed once the node is ready, so the
-node does not go on receiving every goal's feedback and status in its own executor.
+(``action_warm_up_started``, ``action_warm_up_ended``: robot_latency.ros.cold_start).
 """
 
 from __future__ import annotations
@@ -61,7 +59,7 @@ class ActionWarmUp:
     def __init__(self, node: Node, register: Callable[[str], None],
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.node, self._register, self.clock = node, register, clock
-        self._client: ActionClient | None = None
+        self._client = ActionClient(node, PlanCommand, PLAN_ACTION)
         self._timer: Any = None
         self.done = True  # nothing to wait for until started
         self.result: dict[str, Any] | None = None  # the newest warm-up's account
@@ -69,8 +67,6 @@ class ActionWarmUp:
     def start(self) -> None:
         """Begin a warm-up (each activation of a managed node has its own)."""
         self._stop_timer()
-        if self._client is None:
-            self._client = ActionClient(self.node, PlanCommand, PLAN_ACTION)
         self.done = False
         self.result = {"status": "waiting", "started_ns": self.clock(), "ended_ns": None,
                        "feedback": [], "elapsed_ms": None}
@@ -86,12 +82,11 @@ class ActionWarmUp:
             log.warning("the action warm-up goal had no result in %.0f s: ready without it",
                         WARM_UP_TIMEOUT_S)
             return
-        if (result["status"] == "waiting" and self._client is not None
-                and self._client.server_is_ready()):
+        if result["status"] == "waiting" and self._client.server_is_ready():
             self._send()
 
     def _send(self) -> None:
-        assert self.result is not None and self._client is not None
+        assert self.result is not None
         goal_id = os.urandom(16)
         self._register(goal_command_id(goal_id))
         self.result["status"] = "sent"
@@ -138,14 +133,8 @@ class ActionWarmUp:
             self.node.destroy_timer(self._timer)
             self._timer = None
 
-    def release(self) -> None:
-        """Remove the client (the node is ready; never from the client's own callbacks)."""
-        if self._client is not None:
-            self._client.destroy()
-            self._client = None
-
     def destroy(self) -> None:
         """Stop waiting and remove the client."""
         self._stop_timer()
         self.done = True
-        self.release()
+        self._client.destroy()

@@ -129,8 +129,6 @@ def ready_line(core: Any) -> str:
 
 def _became_ready(core: Any) -> None:
     core.logger.info(ready_line(core))
-    if core.outputs is not None:  # the warm-up's client is no longer needed
-        core.outputs.warm_up.release()
     # the start-up's record (robot_latency.ros.cold_start): ready, the warm-up, the pings' end
     if core.driver is not None:
         core.cold.ready(core.driver.run, pings_ended_ns=None if core.probe is None

@@ -201,12 +201,6 @@ def test_the_cold_start_is_recorded_in_order(planner: Planner) -> None:
     assert warm["status"] == "succeeded" and warm["elapsed_ms"] >= 0, warm
     assert set(warm["feedback"]) <= {"queue", "prefill", "decode"}, warm
     assert events["warm_up_ended"] <= events["action_warm_up_started"] < events["ready"]
-    # and its client is gone once the node is ready: the node's own graph holds no client of
-    # the action's goal service (it would receive every goal's feedback and status)
-    send_goal = "/planner/plan_command/_action/send_goal"
-    planner.spin.wait_for(lambda: send_goal not in {
-        name for name, _ in planner.node.get_client_names_and_types_by_node("planner_node", "/")},
-        30, "the warm-up's action client removed")
     phases = cold["phases_ms"]
     at_configure = phases.pop("calibration_ms")  # the managed node's only
     assert all(v is not None and v >= 0 for v in phases.values()), phases

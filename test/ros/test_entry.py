@@ -3,6 +3,8 @@ installed (a plain pip install): a real interpreter that cannot import them."""
 
 from __future__ import annotations
 
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +44,32 @@ def test_another_missing_module_is_not_hidden() -> None:
     assert missing_line("planner_node", err) is None
     msgs = ModuleNotFoundError("No module named 'diagnostic_msgs'", name="diagnostic_msgs")
     assert "ROS 2 message package" in (missing_line("planner_node", msgs) or "")
+
+
+def test_leave_flushes_what_was_written_and_keeps_the_status() -> None:
+    # Block-buffered stdout (a pipe, PYTHONUNBUFFERED unset), a logging line and C's stdio:
+    # all reach the pipe though the interpreter's finalization is skipped.
+    code = ("import ctypes, logging, sys; from robot_latency.ros.entry import leave; "
+            "logging.basicConfig(stream=sys.stdout, level=logging.INFO); "
+            "sys.stdout.write('python line\\n'); logging.getLogger('x').info('logged line'); "
+            "ctypes.CDLL(None).printf(b'c line\\n'); leave(3)")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == ["python line", "INFO:x:logged line", "c line"], done.stdout
+
+
+def test_a_node_leaves_with_its_status_and_its_log_on_stdout(tmp_path: Path) -> None:
+    # rcutils' console output on stdout (C stdio, block-buffered into a pipe): the bad
+    # parameter's line is there, and the status is the node's 2.
+    env = {**os.environ, "ROS_DOMAIN_ID": str(random.randint(101, 200)),
+           "ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "RCUTILS_LOGGING_USE_STDOUT": "1"}
+    env.pop("PYTHONUNBUFFERED", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "planner_node"), "--ros-args",
+                           "-p", "engine:=sim", "-p", "mode:=sometimes",
+                           "-p", f"log_dir:={tmp_path / 'run'}"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "parameter 'mode'" in done.stdout, (done.stdout, done.stderr)

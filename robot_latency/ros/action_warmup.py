@@ -20,10 +20,12 @@ a node from planning). What it took is in the ready log line and the cold-start 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from action_msgs.msg import GoalStatus
@@ -47,6 +49,30 @@ WARM_UP_TIMEOUT_S = 10.0
 CHECK_PERIOD_S = 0.01
 
 
+@dataclass
+class WarmUpAccount:
+    """One warm-up goal's account: what the ready line and the cold-start record say of it.
+
+    Args:
+        started_ns: when the warm-up began (the loop's clock).
+        status: ``waiting`` (for the server), ``sent``, then how it ended: ``succeeded``,
+            ``rejected``, ``timeout`` or ``status N`` (another terminal status).
+        ended_ns: when it ended (None until then).
+        feedback: the feedback phases received, in order.
+        elapsed_ms: ``ended_ns - started_ns`` in ms (None until it ended).
+    """
+
+    started_ns: int
+    status: str = "waiting"
+    ended_ns: int | None = None
+    feedback: list[str] = field(default_factory=list)
+    elapsed_ms: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The account as plain values (robot_latency.ros.cold_start takes it so)."""
+        return dataclasses.asdict(self)
+
+
 class ActionWarmUp:
     """Send the node's own warm-up goal (see the module docstring); :attr:`done` once it ended.
 
@@ -62,14 +88,13 @@ class ActionWarmUp:
         self._client = ActionClient(node, PlanCommand, PLAN_ACTION)
         self._timer: Any = None
         self.done = True  # nothing to wait for until started
-        self.result: dict[str, Any] | None = None  # the newest warm-up's account
+        self.result: WarmUpAccount | None = None  # the newest warm-up's account
 
     def start(self) -> None:
         """Begin a warm-up (each activation of a managed node has its own)."""
         self._stop_timer()
         self.done = False
-        self.result = {"status": "waiting", "started_ns": self.clock(), "ended_ns": None,
-                       "feedback": [], "elapsed_ms": None}
+        self.result = WarmUpAccount(started_ns=self.clock())
         self._timer = self.node.create_timer(CHECK_PERIOD_S, self._check)
 
     def _check(self) -> None:
@@ -77,27 +102,27 @@ class ActionWarmUp:
         if self.done or result is None:
             self._stop_timer()
             return
-        if (self.clock() - result["started_ns"]) / 1e9 > WARM_UP_TIMEOUT_S:
+        if (self.clock() - result.started_ns) / 1e9 > WARM_UP_TIMEOUT_S:
             self._end("timeout")
             log.warning("the action warm-up goal had no result in %.0f s: ready without it",
                         WARM_UP_TIMEOUT_S)
             return
-        if result["status"] == "waiting" and self._client.server_is_ready():
+        if result.status == "waiting" and self._client.server_is_ready():
             self._send()
 
     def _send(self) -> None:
         assert self.result is not None
         goal_id = os.urandom(16)
         self._register(goal_command_id(goal_id))
-        self.result["status"] = "sent"
+        self.result.status = "sent"
         started = self.result
         future = self._client.send_goal_async(
             PlanCommand.Goal(command=WARM_UP_COMMAND),
-            feedback_callback=lambda fb: started["feedback"].append(fb.feedback.phase),
+            feedback_callback=lambda fb: started.feedback.append(fb.feedback.phase),
             goal_uuid=UUID(uuid=list(goal_id)))
         future.add_done_callback(lambda f: self._on_response(f, started))
 
-    def _on_response(self, future: Any, started: dict[str, Any]) -> None:
+    def _on_response(self, future: Any, started: WarmUpAccount) -> None:
         if started is not self.result or self.done:
             return  # a warm-up that timed out, or one of an earlier activation
         handle = future.result()
@@ -106,7 +131,7 @@ class ActionWarmUp:
             return
         handle.get_result_async().add_done_callback(lambda f: self._on_result(f, started))
 
-    def _on_result(self, future: Any, started: dict[str, Any]) -> None:
+    def _on_result(self, future: Any, started: WarmUpAccount) -> None:
         if started is not self.result or self.done:
             return
         status = future.result().status
@@ -115,18 +140,18 @@ class ActionWarmUp:
     def _end(self, status: str) -> None:
         assert self.result is not None
         now = self.clock()
-        self.result.update(status=status, ended_ns=now,
-                           elapsed_ms=(now - self.result["started_ns"]) / 1e6)
+        r = self.result
+        r.status, r.ended_ns, r.elapsed_ms = status, now, (now - r.started_ns) / 1e6
         self.done = True
         self._stop_timer()
 
     def line(self) -> str | None:
         """The warm-up in words for the ready log line (None: none ran)."""
         r = self.result
-        if r is None or r["elapsed_ms"] is None:
+        if r is None or r.elapsed_ms is None:
             return None
-        return (f"action warm-up goal {r['status']} in {r['elapsed_ms']:.0f} ms "
-                f"(feedback {', '.join(r['feedback']) or 'none'})")
+        return (f"action warm-up goal {r.status} in {r.elapsed_ms:.0f} ms "
+                f"(feedback {', '.join(r.feedback) or 'none'})")
 
     def _stop_timer(self) -> None:
         if self._timer is not None:

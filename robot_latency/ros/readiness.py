@@ -131,10 +131,10 @@ def _became_ready(core: Any) -> None:
     core.logger.info(ready_line(core))
     # the start-up's record (robot_latency.ros.cold_start): ready, the warm-up, the pings' end
     if core.driver is not None:
+        account = core.outputs.warm_up.result if core.outputs is not None else None
         core.cold.ready(core.driver.run, pings_ended_ns=None if core.probe is None
                         else core.probe.pings_ended_ns,
-                        action_warm_up=None if core.outputs is None
-                        else core.outputs.warm_up.result)
+                        action_warm_up=None if account is None else account.as_dict())
 
 
 def core_readiness(core: Any) -> Readiness:

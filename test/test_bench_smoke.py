@@ -57,7 +57,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_labels.py", "format_price.py",
                "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
                "cold_start.py", "untimed_batch.py", "vision_loop.py",
-               "vision_overhead.py"}
+               "vision_overhead.py", "vision_onnx.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -232,6 +232,17 @@ def test_vision_cost(tmp_path: Path) -> None:
         assert Path(tower["mmproj"]).is_file()
         assert tower["median"]["n"] == 1 == len(tower["frames"])
         assert tower["median"]["encode_ms"] > 0 and tower["median"]["image_prefill_ms"] > 0
+
+
+def test_vision_onnx(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "vision_onnx.py", "--smoke")
+    towers = doc["towers"]
+    assert set(towers) == {"tiny-mlp", "tiny-shuffle"}
+    assert towers["tiny-mlp"]["image_tokens"] == {"llama": 16, "onnx": 16}
+    assert towers["tiny-shuffle"]["image_tokens"] == {"llama": 32, "onnx": 32}  # view + tile
+    for tower in towers.values():
+        assert tower["llama"]["median"]["encode_ms"] > 0
+        assert tower["onnx"]["median"]["encode_ms"] > 0 and tower["onnx"]["median"]["n"] == 1
 
 
 def test_vision_loop(tmp_path: Path) -> None:

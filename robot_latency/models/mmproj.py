@@ -172,18 +172,26 @@ def gguf_field(path: str | Path, key: str) -> Any:
     Raises:
         MmprojError: no file at ``path``, or not a GGUF.
     """
+    field = open_gguf(path).fields.get(key)
+    return None if field is None else field.contents()
+
+
+def open_gguf(path: str | Path) -> Any:
+    """The ``gguf.GGUFReader`` of the file at ``path``.
+
+    Raises:
+        MmprojError: no file at ``path``, or not a GGUF.
+    """
     from gguf import GGUFReader
 
     p = Path(path)
     if not p.is_file():
         raise MmprojError(f"{p}: no such file")
     try:
-        reader = GGUFReader(str(p))
+        return GGUFReader(str(p))
     except Exception as exc:  # the reader raises several types for a bad file
         why = " ".join(str(exc).split())
         raise MmprojError(f"{p}: not a GGUF ({type(exc).__name__}: {why})") from None
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
 
 
 def lm_embedding_width(lm_path: str | Path) -> int:

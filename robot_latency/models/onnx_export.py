@@ -36,11 +36,15 @@ from robot_latency.digest import sha256_file
 from robot_latency.models.export import ExportError, GGUFShape, read_gguf
 
 __all__ = [
+    "IR_FOR_OPSET",
     "OnnxExportError",
+    "OnnxGraph",
     "export_all",
     "export_onnx",
+    "linear_node",
     "onnx_io_names",
     "quantize_onnx_int8",
+    "save_onnx",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,7 +52,7 @@ logger = logging.getLogger(__name__)
 #: Opsets the graph builder supports (ReduceMean takes its axes as an input from 18 on).
 SUPPORTED_OPSETS = range(17, 22)
 #: ONNX IR version written: 8 is what onnxruntime 1.14+ reads for opset 17-18; newer opsets need 9+.
-_IR_FOR_OPSET = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
+IR_FOR_OPSET = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
 
 
 #: Above this many weight bytes the weights go to ``<file>.data`` beside the graph (protobuf's
@@ -77,7 +81,7 @@ def onnx_io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ins, outs
 
 
-class _Graph:
+class OnnxGraph:
     """A small helper that names nodes and collects initializers."""
 
     def __init__(self, opset: int) -> None:
@@ -113,14 +117,14 @@ class _Graph:
         return self.op("ReduceMean", [x], axes=[-1], keepdims=1)
 
 
-def _rms_norm(g: _Graph, x: str, weight: np.ndarray, eps: float, hint: str) -> str:
+def _rms_norm(g: OnnxGraph, x: str, weight: np.ndarray, eps: float, hint: str) -> str:
     # (1, T, d) -> (1, T, d): x / sqrt(mean(x^2) + eps) * w, as ggml_rms_norm then ggml_mul.
     ms = g.reduce_mean_last(g.op("Mul", [x, x]))
     denom = g.op("Sqrt", [g.op("Add", [ms, g.const("eps", np.array(eps, np.float32))])])
     return g.op("Mul", [g.op("Div", [x, denom]), g.const(hint, weight.astype(np.float32))])
 
 
-def _linear(g: _Graph, x: str, weight: np.ndarray, hint: str) -> str:
+def linear_node(g: OnnxGraph, x: str, weight: np.ndarray, hint: str) -> str:
     # Weights arrive as torch (out, in); MatMul wants (in, out). A constant B is what
     # quantize_dynamic turns into an int8 MatMul.
     return g.op("MatMul", [x, g.const(hint, np.ascontiguousarray(weight.T.astype(np.float32)))])
@@ -130,7 +134,7 @@ def _build_model(shape: GGUFShape, tensors: dict[str, np.ndarray], *, opset: int
                  logits: str, doc: str) -> Any:
     from onnx import TensorProto, helper
 
-    g = _Graph(opset)
+    g = OnnxGraph(opset)
     n_h, n_kv, hd = shape.n_heads, shape.n_kv_heads, shape.head_dim
     if n_h % n_kv:
         raise OnnxExportError(f"n_heads={n_h} is not a multiple of n_kv_heads={n_kv}")
@@ -181,9 +185,9 @@ def _build_model(shape: GGUFShape, tensors: dict[str, np.ndarray], *, opset: int
     for i in range(shape.n_layers):
         p = f"blk.{i}."
         h = _rms_norm(g, x, tensors[p + "attn_norm.weight"], shape.norm_eps, p + "attn_norm")
-        q = rope(heads(_linear(g, h, tensors[p + "attn_q.weight"], p + "attn_q"), n_h))
-        k = rope(heads(_linear(g, h, tensors[p + "attn_k.weight"], p + "attn_k"), n_kv))
-        v = heads(_linear(g, h, tensors[p + "attn_v.weight"], p + "attn_v"), n_kv)
+        q = rope(heads(linear_node(g, h, tensors[p + "attn_q.weight"], p + "attn_q"), n_h))
+        k = rope(heads(linear_node(g, h, tensors[p + "attn_k.weight"], p + "attn_k"), n_kv))
+        v = heads(linear_node(g, h, tensors[p + "attn_v.weight"], p + "attn_v"), n_kv)
         k_all = g.op("Concat", [f"past_key_{i}", k], axis=2)        # (1, KV, S, D)
         v_all = g.op("Concat", [f"past_value_{i}", v], axis=2)
         g.nodes.append(_identity(k_all, f"present_key_{i}"))
@@ -199,19 +203,20 @@ def _build_model(shape: GGUFShape, tensors: dict[str, np.ndarray], *, opset: int
         a = g.op("Reshape", [a, g.const("hshape", i64(1, n_h, -1, hd))])
         a = g.op("Reshape", [g.op("Transpose", [a], perm=[0, 2, 1, 3]),
                              g.const("flat", i64(1, -1, n_h * hd))])  # (1, T, H*D)
-        x = g.op("Add", [x, _linear(g, a, tensors[p + "attn_output.weight"], p + "attn_output")])
+        x = g.op("Add", [x, linear_node(g, a, tensors[p + "attn_output.weight"],
+                                        p + "attn_output")])
         h = _rms_norm(g, x, tensors[p + "ffn_norm.weight"], shape.norm_eps, p + "ffn_norm")
-        gate = _linear(g, h, tensors[p + "ffn_gate.weight"], p + "ffn_gate")
-        up = _linear(g, h, tensors[p + "ffn_up.weight"], p + "ffn_up")
+        gate = linear_node(g, h, tensors[p + "ffn_gate.weight"], p + "ffn_gate")
+        up = linear_node(g, h, tensors[p + "ffn_up.weight"], p + "ffn_up")
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        x = g.op("Add", [x, _linear(g, act, tensors[p + "ffn_down.weight"], p + "ffn_down")])
+        x = g.op("Add", [x, linear_node(g, act, tensors[p + "ffn_down.weight"], p + "ffn_down")])
     if logits == "last":
         # Only the last position's logits: the output head is the largest matrix, and the
         # engine needs no other row (prefill chunks and decode steps alike).
         x = g.op("Slice", [x, g.const("start", i64(-1)), g.const("end", i64(2**62)),
                            g.const("axis", i64(1))])
     x = _rms_norm(g, x, tensors["output_norm.weight"], shape.norm_eps, "output_norm")
-    g.nodes.append(_identity(_linear(g, x, tensors["output.weight"], "output"), "logits"))
+    g.nodes.append(_identity(linear_node(g, x, tensors["output.weight"], "output"), "logits"))
 
     kv_in, kv_out = [], []
     for i in range(shape.n_layers):
@@ -229,7 +234,7 @@ def _build_model(shape: GGUFShape, tensors: dict[str, np.ndarray], *, opset: int
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="robot_latency", doc_string=doc)
-    model.ir_version = _IR_FOR_OPSET[opset]
+    model.ir_version = IR_FOR_OPSET[opset]
     return model
 
 
@@ -239,7 +244,7 @@ def _identity(src: str, dst: str) -> Any:
     return helper.make_node("Identity", [src], [dst], name=dst + "_node")
 
 
-def _save(model: Any, path: Path, *, external: bool) -> None:
+def save_onnx(model: Any, path: Path, *, external: bool) -> None:
     """Check and write a model, its weights in ``<path>.data`` when ``external``."""
     import onnx
 
@@ -295,7 +300,8 @@ def export_onnx(gguf_path: str | Path, out_path: str | Path, *, opset: int = 17,
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    _save(model, out_path, external=sum(t.nbytes for t in tensors.values()) > EXTERNAL_DATA_BYTES)
+    save_onnx(model, out_path,
+              external=sum(t.nbytes for t in tensors.values()) > EXTERNAL_DATA_BYTES)
     logger.info("wrote %s (%d bytes) from %s", out_path, out_path.stat().st_size, gguf_path)
     return out_path
 
@@ -337,7 +343,7 @@ def quantize_onnx_int8(fp32_path: str | Path, out_path: str | Path) -> Path:
     else:
         entry = model.metadata_props.add()
         entry.key, entry.value = "weights", "int8"
-    _save(model, out_path, external=external or model.ByteSize() > EXTERNAL_DATA_BYTES)
+    save_onnx(model, out_path, external=external or model.ByteSize() > EXTERNAL_DATA_BYTES)
     logger.info("wrote %s (%d bytes)", out_path, out_path.stat().st_size)
     return out_path
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from robot_latency.models.mmproj import MmprojError
-from robot_latency.models.onnx_export import _IR_FOR_OPSET, _Graph, _linear, _save
+from robot_latency.models.mmproj import MmprojError, open_gguf
+from robot_latency.models.onnx_export import IR_FOR_OPSET, OnnxGraph, linear_node, save_onnx
 
 __all__ = ["PROJECTORS", "VisionTower", "export_vision_onnx", "read_tower"]
 
@@ -99,16 +99,8 @@ def read_tower(path: str | Path) -> tuple[VisionTower, dict[str, np.ndarray]]:
         MmprojError: no file, not a GGUF, a projector type not in :data:`PROJECTORS`, a missing
             key or tensor, or a quantized tensor.
     """
-    from gguf import GGUFReader
-
     p = Path(path)
-    if not p.is_file():
-        raise MmprojError(f"{p}: no such file")
-    try:
-        reader = GGUFReader(str(p))
-    except Exception as exc:  # the reader raises several types for a bad file
-        why = " ".join(str(exc).split())
-        raise MmprojError(f"{p}: not a GGUF ({type(exc).__name__}: {why})") from None
+    reader = open_gguf(p)
 
     def key(name: str, default: Any = None) -> Any:
         field = reader.fields.get(name)
@@ -153,20 +145,20 @@ def read_tower(path: str | Path) -> tuple[VisionTower, dict[str, np.ndarray]]:
     return tower, tensors
 
 
-def _layer_norm(g: _Graph, x: str, t: dict[str, np.ndarray], name: str, eps: float) -> str:
+def _layer_norm(g: OnnxGraph, x: str, t: dict[str, np.ndarray], name: str, eps: float) -> str:
     # (N, d) -> (N, d): ggml_norm then * w + b, as one LayerNormalization.
     return g.op("LayerNormalization", [x, g.const(name + ".weight", t[name + ".weight"]),
                                        g.const(name + ".bias", t[name + ".bias"])],
                 axis=-1, epsilon=float(eps))
 
 
-def _dense(g: _Graph, x: str, t: dict[str, np.ndarray], name: str) -> str:
-    y = _linear(g, x, t[name + ".weight"], name)
+def _dense(g: OnnxGraph, x: str, t: dict[str, np.ndarray], name: str) -> str:
+    y = linear_node(g, x, t[name + ".weight"], name)
     bias = t.get(name + ".bias")
     return y if bias is None else g.op("Add", [y, g.const(name + ".bias", bias)])
 
 
-def _gelu_tanh(g: _Graph, x: str) -> str:
+def _gelu_tanh(g: OnnxGraph, x: str) -> str:
     # ggml_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     f = lambda v: g.const("c", np.array(v, np.float32))  # noqa: E731
     cube = g.op("Mul", [g.op("Mul", [x, x]), x])
@@ -174,13 +166,13 @@ def _gelu_tanh(g: _Graph, x: str) -> str:
     return g.op("Mul", [g.op("Mul", [x, f(0.5)]), g.op("Add", [g.op("Tanh", [inner]), f(1.0)])])
 
 
-def _gelu_quick(g: _Graph, x: str) -> str:
+def _gelu_quick(g: OnnxGraph, x: str) -> str:
     # ggml_gelu_quick: x * sigmoid(1.702 x)
     return g.op("Mul", [x, g.op("Sigmoid", [g.op("Mul", [x, g.const(
         "c", np.array(1.702, np.float32))])])])
 
 
-def _block(g: _Graph, x: str, t: dict[str, np.ndarray], tower: VisionTower, i: int) -> str:
+def _block(g: OnnxGraph, x: str, t: dict[str, np.ndarray], tower: VisionTower, i: int) -> str:
     b = f"v.blk.{i}."
     hd = tower.width // tower.heads
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
@@ -204,7 +196,7 @@ def _block(g: _Graph, x: str, t: dict[str, np.ndarray], tower: VisionTower, i: i
     return g.op("Add", [x, _dense(g, h, t, b + "ffn_down")])
 
 
-def _pixel_shuffle(g: _Graph, x: str, tower: VisionTower) -> str:
+def _pixel_shuffle(g: OnnxGraph, x: str, tower: VisionTower) -> str:
     # transformers' Idefics3Connector.pixel_shuffle on (N, d), n = sqrt(N) patches a side:
     # (n, n, d) -> (n, n/s, d s) -> T -> (n/s, n/s, d s^2) -> T -> (N / s^2, d s^2)
     n, s, d = tower.image_size_px // tower.patch_px, tower.scale_factor, tower.width
@@ -219,7 +211,7 @@ def _pixel_shuffle(g: _Graph, x: str, tower: VisionTower) -> str:
 def _build(tower: VisionTower, t: dict[str, np.ndarray], *, opset: int, doc: str) -> Any:
     from onnx import TensorProto, helper
 
-    g = _Graph(opset)
+    g = OnnxGraph(opset)
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     d, n = tower.width, tower.n_patches
     # Patches: Conv (1, 3, S, S) -> (1, d, S/p, S/p) -> (d, N) -> (N, d), rows in raster order.
@@ -246,7 +238,7 @@ def _build(tower: VisionTower, t: dict[str, np.ndarray], *, opset: int, doc: str
         x = _gelu_tanh(g, _dense(g, x, t, "mm.0"))
         x = _dense(g, x, t, "mm.2")
     else:
-        x = _linear(g, _pixel_shuffle(g, x, tower), t["mm.model.fc.weight"], "mm.model.fc")
+        x = linear_node(g, _pixel_shuffle(g, x, tower), t["mm.model.fc.weight"], "mm.model.fc")
     g.nodes.append(helper.make_node("Identity", [x], ["image_embeds"], name="image_embeds_node"))
     side = tower.image_size_px
     graph = helper.make_graph(
@@ -257,7 +249,7 @@ def _build(tower: VisionTower, t: dict[str, np.ndarray], *, opset: int, doc: str
         initializer=g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="robot_latency", doc_string=doc)
-    model.ir_version = _IR_FOR_OPSET[opset]
+    model.ir_version = IR_FOR_OPSET[opset]
     return model
 
 
@@ -293,6 +285,6 @@ def export_vision_onnx(mmproj_path: str | Path, out_path: str | Path, *,
     except KeyError as exc:
         raise MmprojError(f"{src}: tensor {exc.args[0]}: missing") from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    _save(model, out, external=False)
+    save_onnx(model, out, external=False)
     log.info("wrote %s (%d bytes) from %s", out, out.stat().st_size, src)
     return out

@@ -112,9 +112,10 @@ class CycleRecord:
     when the cycle started (the frame it plans with), ``frame_age_ms`` that frame's age then
     (cycle start minus its stamp); both None for a text-only node or before the first frame.
     ``image`` is what the frame cost the model where the engine has a vision tower
-    (:mod:`robot_latency.engines.llama_image`): ``tokens``, ``chunks``, ``key`` and ``reused``
-    (already in the KV cache: no ``image_encode`` or ``image_prefill`` phase this cycle); None
-    for a text-only cycle.
+    (:mod:`robot_latency.engines.llama_image`): ``tokens``, ``chunks``, ``key``, ``reused``
+    (already in the KV cache: no ``image_encode`` or ``image_prefill`` phase this cycle) and
+    ``encoder`` (``clip`` or ``onnx``: the ``vision_encoder`` setting); None for a text-only
+    cycle.
     """
 
     run_id: str

@@ -25,6 +25,7 @@ from robot_latency.planner.config import (
     MODES,
     ON_NEW_COMMAND,
     RUNNERS,
+    VISION_ENCODERS,
     RunSettings,
 )
 
@@ -80,6 +81,7 @@ def settings_from_args(args: argparse.Namespace, out: Path, stream: Any, *, engi
         log_dir=out, engine=engine, model=args.model, quant=quant, profile=args.profile,
         draft_model=args.draft, draft_k=args.draft_k or 0, target_device=device,
         mmproj=args.mmproj, image_policy=args.image_policy, frame_scale=args.frame_scale,
+        vision_encoder=args.vision_encoder,
         n_threads=args.n_threads,
         n_threads_batch=args.n_threads_batch,
         n_gpu_layers=args.n_gpu_layers, engine_options=_engine_options(args), cpu=cpu,
@@ -266,6 +268,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frame-scale", type=float, default=_PC.frame_scale,
                    help="with --mmproj, reuse or every: downscale each frame by this first, in "
                         "(0, 1] (default %(default)s)")
+    p.add_argument("--vision-encoder", default=_PC.vision_encoder, choices=VISION_ENCODERS,
+                   help="with --mmproj: what encodes the frame: clip (llama.cpp's, libmtmd) or "
+                        "onnx (the tower's ONNX export on ONNX Runtime, cached in the model "
+                        "cache) (default %(default)s)")
     p.add_argument("--runner", default=_PC.runner, choices=RUNNERS)
     p.add_argument("--loop-cpus", type=cpu_list_arg, default=(),
                    help="CPUs the loop runs on, e.g. 0 or 0,2-3 (default: not pinned)")

@@ -1,4 +1,5 @@
-"""The camera frame in the llama.cpp engine's prompt: encoded by libmtmd, kept in the KV cache.
+"""The camera frame in the llama.cpp engine's prompt: encoded by libmtmd (or the tower's ONNX
+export), kept in the KV cache.
 
 A :class:`FrameBlocks` holds an ``mmproj`` loaded beside the engine's language model
 (``mtmd_init_from_file``). A request's frame (:class:`robot_latency.engines.base.FrameImage`)
@@ -18,6 +19,13 @@ from the frame's key, so the engine's longest-shared-prefix reuse of the KV cach
 Neither the encode nor the image prefill can be interrupted (libmtmd has no abort callback): the
 deadline is checked before them. The frame is laid out once per key (decoded and tokenized,
 counted in ``image_encode``); the last layout is kept for the next cycle.
+
+With ``vision_encoder="onnx"`` libmtmd still lays the frame out (its chunks, text and image), but
+an image chunk is encoded by :class:`~robot_latency.engines.vision_onnx.OnnxVisionEncoder` (the
+mmproj's ONNX export, written once into the model cache: ``models.onnx_cache``) from that chunk's
+pixels (the frame preprocessed once per key, in the layout), and its embeddings go through the
+language model with :func:`~robot_latency.engines.vision_onnx.decode_embeddings` at the same
+position: the same phases, the same frame cache. The record's ``image`` says which encoder ran.
 """
 
 from __future__ import annotations
@@ -103,18 +111,22 @@ class FrameBlock:
     image_chunks: int
     chunks: Any
     bitmap: Any
+    pixels: list[Any] | None = None  # ONNX encoder: (1, 3, S, S) float32 per image chunk
 
 
 class FrameBlocks:
     """An mmproj loaded beside a llama.cpp model; frames laid out and evaluated into its context.
 
+    ``encoder`` is what encodes an image chunk: ``clip`` (libmtmd) or ``onnx`` (the mmproj's ONNX
+    export on ONNX Runtime, ``n_threads`` threads).
+
     Raises:
-        EngineError: the mmproj is missing, of another width than the model, or refused by
-            libmtmd (the message names the file).
+        EngineError: the mmproj is missing, of another width than the model, refused by libmtmd,
+            or (``onnx``) not exportable (the message names the file).
     """
 
     def __init__(self, llm: Any, lm_path: str | Path, mmproj_path: str | Path, *,
-                 n_threads: int, n_batch: int, clock: Clock) -> None:
+                 n_threads: int, n_batch: int, clock: Clock, encoder: str = "clip") -> None:
         from llama_cpp import mtmd_cpp
 
         from robot_latency.engines.llamalog import route_mtmd_log
@@ -139,6 +151,8 @@ class FrameBlocks:
                               "(llama.cpp's log says why)")
         self._last: FrameBlock | None = None
         self._warned = False
+        self.encoder = encoder
+        self._onnx: Any = None
         why = None
         if not mtmd_cpp.mtmd_support_vision(self._ctx):
             why = "no vision encoder (clip.has_vision_encoder)"
@@ -147,12 +161,30 @@ class FrameBlocks:
             # its token count, and the engine's text positions follow the token count.
             why = "its model uses M-RoPE positions (Qwen2-VL-style), which this engine's " \
                   "prompt bookkeeping does not follow yet"
+        if why is None and encoder == "onnx":
+            why = self._open_onnx(n_threads)
         if why is not None:
             self.close()
             raise EngineError(f"llamacpp: mmproj {mmproj_path}: {why}")
 
+    def _open_onnx(self, n_threads: int) -> str | None:
+        """Open the mmproj's ONNX export (cached); None, or why it cannot be used."""
+        from robot_latency.engines.vision_onnx import OnnxVisionEncoder, OnnxVisionError
+        from robot_latency.models.onnx_cache import OnnxCacheError, ensure_vision_onnx
+
+        try:
+            self._onnx = OnnxVisionEncoder(self.mmproj_path,
+                                           onnx_path=ensure_vision_onnx(self.mmproj_path),
+                                           intra_op_threads=int(n_threads), clock=self._clock)
+        except (OnnxCacheError, OnnxVisionError) as err:
+            return f"vision_encoder='onnx': {err}"
+        return None
+
     def close(self) -> None:
         self._drop()
+        if self._onnx is not None:
+            self._onnx.close()
+            self._onnx = None
         if self._ctx:
             self._m.mtmd_free(self._ctx)
             self._ctx = None
@@ -200,6 +232,8 @@ class FrameBlocks:
             size = (max(1, round(width * frame.scale)), max(1, round(height * frame.scale)))
             data = Image.frombytes("RGB", (width, height), data).resize(size).tobytes()
             width, height = size
+        pixels = self._pixels(frame.key, width, height, data) if self._onnx is not None \
+            else None
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         bitmap = m.mtmd_bitmap_init(width, height, buf)
         if not bitmap:
@@ -226,19 +260,39 @@ class FrameBlocks:
                 image_chunks += 1
             else:
                 tokens += self._text_tokens(chunk)
+        if pixels is not None and len(pixels) != image_chunks:
+            m.mtmd_input_chunks_free(chunks)
+            m.mtmd_bitmap_free(bitmap)
+            raise EngineError(f"frame {frame.key} ({width}x{height}): libmtmd made "
+                              f"{image_chunks} image chunks, the ONNX encoder's preprocessing "
+                              f"{len(pixels)}")
         self._drop()
-        self._last = FrameBlock(frame.key, tokens, image_tokens, image_chunks, chunks, bitmap)
+        self._last = FrameBlock(frame.key, tokens, image_tokens, image_chunks, chunks, bitmap,
+                                pixels)
         return self._last, True
+
+    def _pixels(self, key: str, width: int, height: int, data: bytes) -> list[Any]:
+        """The ONNX encoder's pixel tensors for the frame's image chunks, in libmtmd's order."""
+        from PIL import Image
+
+        from robot_latency.engines.vision_onnx import OnnxVisionError
+
+        try:
+            return self._onnx.preprocess(Image.frombytes("RGB", (width, height), data))
+        except OnnxVisionError as err:
+            raise EngineError(f"frame {key}: vision_encoder='onnx': {err}") from None
 
     def evaluate(self, block: FrameBlock, trace: GenerationTrace) -> None:
         """Evaluate ``block`` at the end of the model's context (its KV already cut back to
         where the block starts), adding the phases ``image_encode`` and ``image_prefill``.
 
         Raises:
-            EngineError: libmtmd failed to encode a chunk or to decode its embeddings.
+            EngineError: a chunk's encode (libmtmd or ONNX Runtime) or the decode of its
+                embeddings failed.
         """
         m, llm, clock = self._m, self._llm, self._clock
         encode_ns = prefill_ns = 0
+        image_index = 0  # the image chunk's place among the frame's image chunks
         for i in range(m.mtmd_input_chunks_size(block.chunks)):
             chunk = m.mtmd_input_chunks_get(block.chunks, i)
             if m.mtmd_input_chunk_get_type(chunk) != _CHUNK_IMAGE:
@@ -251,16 +305,21 @@ class FrameBlocks:
                 raise EngineError(f"{self.mmproj_path}: its image attention is non-causal: "
                                   f"the {n} image tokens of a chunk must go in one batch; set "
                                   f"chunk_tokens >= {n}")
-            t0 = clock()
-            if m.mtmd_encode_chunk(self._ctx, chunk) != 0:
-                raise EngineError(f"{self.mmproj_path}: mtmd_encode_chunk failed")
-            t1 = clock()
-            new_past = ctypes.c_int32(0)
-            rc = m.mtmd_helper_decode_image_chunk(
-                self._ctx, llm.ctx, chunk, m.mtmd_get_output_embd(self._ctx), llm.n_tokens, 0,
-                self.n_batch, ctypes.byref(new_past), m.mtmd_helper_post_decode_callback(),
-                None)
-            t2 = clock()
+            if block.pixels is not None:
+                t0, t1, t2 = self._onnx_chunk(block.pixels[image_index], n)
+                rc = 0  # a failed decode raised
+            else:
+                t0 = clock()
+                if m.mtmd_encode_chunk(self._ctx, chunk) != 0:
+                    raise EngineError(f"{self.mmproj_path}: mtmd_encode_chunk failed")
+                t1 = clock()
+                new_past = ctypes.c_int32(0)
+                rc = m.mtmd_helper_decode_image_chunk(
+                    self._ctx, llm.ctx, chunk, m.mtmd_get_output_embd(self._ctx), llm.n_tokens,
+                    0, self.n_batch, ctypes.byref(new_past),
+                    m.mtmd_helper_post_decode_callback(), None)
+                t2 = clock()
+            image_index += 1
             if rc != 0:
                 raise EngineError(f"llamacpp: the image prefill of {n} tokens failed ({rc}): "
                                   "is n_ctx large enough for the frame?")
@@ -272,6 +331,29 @@ class FrameBlocks:
         extra = trace.phases_extra_ns
         extra["image_encode"] = extra.get("image_encode", 0) + encode_ns
         extra["image_prefill"] = extra.get("image_prefill", 0) + prefill_ns
+
+    def _onnx_chunk(self, pixels: Any, n_tokens: int) -> tuple[int, int, int]:
+        """Encode one image chunk on ONNX Runtime and decode its embeddings at the end of the
+        context; return the clock's reads (start, encoded, prefilled; ns).
+
+        Raises:
+            EngineError: the encoder's token count is not the chunk's, or the decode failed.
+        """
+        from robot_latency.engines.vision_onnx import OnnxVisionError, decode_embeddings
+
+        clock, llm = self._clock, self._llm
+        t0 = clock()
+        embd = self._onnx.encode_pixels(pixels)  # (n_tokens, n_embd) float32
+        t1 = clock()
+        if int(embd.shape[0]) != n_tokens:
+            raise EngineError(f"{self.mmproj_path}: the ONNX encoder gave {embd.shape[0]} image "
+                              f"tokens for a chunk of {n_tokens}")
+        try:
+            decode_embeddings(llm.ctx, embd, llm.n_tokens, n_batch=self.n_batch)
+        except OnnxVisionError as err:
+            raise EngineError(f"llamacpp: the image prefill of {n_tokens} tokens failed "
+                              f"({err}): is n_ctx large enough for the frame?") from None
+        return t0, t1, clock()
 
 
 def frame_block(engine: Any, request: GenerationRequest,
@@ -286,7 +368,8 @@ def frame_block(engine: Any, request: GenerationRequest,
     if laid_out:
         trace.phases_extra_ns["image_encode"] = layout_ns
     trace.image = {"key": block.key, "tokens": block.image_tokens,
-                   "chunks": block.image_chunks, "reused": False, "layout_ns": layout_ns}
+                   "chunks": block.image_chunks, "reused": False, "layout_ns": layout_ns,
+                   "encoder": engine.frames.encoder}
     return block
 
 
@@ -324,7 +407,8 @@ def open_frames(llm: Any, lm_path: Path, config: Any, clock: Clock) -> FrameBloc
 
     return FrameBlocks(llm, lm_path, config.mmproj_path,
                        n_threads=config.n_threads_batch or config.n_threads,
-                       n_batch=verify_batch_tokens(config), clock=clock)
+                       n_batch=verify_batch_tokens(config), clock=clock,
+                       encoder=config.vision_encoder)
 
 
 def context_for(config: Any, trained: int | None) -> int:

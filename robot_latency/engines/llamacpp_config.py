@@ -10,6 +10,9 @@ from robot_latency.llama_load import EXTRA_BUFTS_CHOICES
 #: llama.cpp KV cache types by name (ggml_type values).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
             "bf16": 30}
+#: What encodes a frame with a vision tower: llama.cpp's clip (through libmtmd) or the tower's
+#: ONNX export on ONNX Runtime (robot_latency.engines.vision_onnx).
+VISION_ENCODERS = ("clip", "onnx")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class LlamaCppConfig:
         mmproj_path: a vision tower (an mmproj GGUF for libmtmd) beside the model: a request's
             camera frame is encoded and kept in the KV cache between the prefix and the cycle's
             text (robot_latency.engines.llama_image); "" = text only.
+        vision_encoder: what encodes the frame's image chunks (:data:`VISION_ENCODERS`):
+            ``clip`` (libmtmd) or ``onnx`` (the mmproj's ONNX export on ONNX Runtime, cached in
+            the model cache); libmtmd lays the frame out either way.
     """
 
     model_path: str = ""
@@ -71,6 +77,7 @@ class LlamaCppConfig:
     max_new_tokens: int = 0
     extra_bufts: str = "auto"
     mmproj_path: str = ""
+    vision_encoder: str = "clip"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> EngineError:
@@ -98,6 +105,10 @@ class LlamaCppConfig:
             raise bad("draft_k", "must be in 1..32")
         if self.mmproj_path and self.draft:
             raise bad("draft", "speculative decoding is text only: not with mmproj_path")
+        if self.vision_encoder not in VISION_ENCODERS:
+            raise bad("vision_encoder", f"must be one of {VISION_ENCODERS}")
+        if self.vision_encoder != "clip" and not self.mmproj_path:
+            raise bad("vision_encoder", "needs mmproj_path (a vision tower)")
 
 
 def verify_batch_tokens(config: LlamaCppConfig) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from robot_latency.engines.llamacpp_config import VISION_ENCODERS
 from robot_latency.engines.openai_config import SERVER_APIS
 from robot_latency.errors import SettingsError
 from robot_latency.planner.budget import CpuBudget
@@ -96,6 +97,9 @@ class RunSettings:
             downscaled, else left out, to fit what is left of the budget).
         frame_scale: ``reuse`` and ``every`` downscale each frame by this first, in (0, 1]
             (1: as taken): the image resolution a sweep compares.
+        vision_encoder: with a vision tower, what encodes the frame (:data:`VISION_ENCODERS`):
+            ``clip`` (llama.cpp's, through libmtmd) or ``onnx`` (the tower's ONNX export on ONNX
+            Runtime; :mod:`robot_latency.engines.vision_onnx`).
         target_device: the device the predictions are for (the sim engine simulates it).
         n_threads: decode threads (0: the builder's default).
         n_threads_batch: prefill threads (0: the builder's default).
@@ -143,6 +147,7 @@ class RunSettings:
     mmproj: str | None = None
     image_policy: str = "reuse"
     frame_scale: float = 1.0
+    vision_encoder: str = "clip"
     target_device: str = DEFAULT_TARGET_DEVICE
     n_threads: int = 0
     n_threads_batch: int = 0
@@ -232,6 +237,10 @@ def _problems(s: RunSettings) -> list[tuple[str, str]]:
     need(bool(s.engine.strip()), "engine", "must not be empty")
     need(s.image_policy in FRAME_POLICIES, "image_policy", f"must be one of {FRAME_POLICIES}")
     need(0 < s.frame_scale <= 1, "frame_scale", "must be in (0, 1]")
+    need(s.vision_encoder in VISION_ENCODERS, "vision_encoder",
+         f"must be one of {VISION_ENCODERS}")
+    need(s.vision_encoder == VISION_ENCODERS[0] or bool(s.mmproj), "vision_encoder",
+         "only with mmproj (a vision tower) set")
     need(s.draft_k >= 0, "draft_k", "must be >= 0 (0: the engine's default)")
     need(s.n_threads >= 0, "n_threads", "must be >= 0 (0: the default)")
     need(s.n_threads_batch >= 0, "n_threads_batch", "must be >= 0 (0: the default)")

@@ -215,6 +215,7 @@ def resolve_run(spec: RunSettings, *, cores: frozenset[int] | None = None
                 if not Path(spec.mmproj).is_file():
                     raise SettingsError("mmproj", f"{spec.mmproj}: no such file")
                 options["mmproj_path"] = str(Path(spec.mmproj).resolve())
+                options["vision_encoder"] = spec.vision_encoder
             if planning.prefix:
                 options["warm_prefix"] = planning.prefix
                 options["max_suffix_tokens"] = planning.longest_suffix_chars(

@@ -29,6 +29,7 @@ from robot_latency.planner.config import (
     HYBRID_POLICIES,
     MODES,
     ON_NEW_COMMAND,
+    VISION_ENCODERS,
     RunSettings,
     SettingsError,
 )
@@ -202,6 +203,10 @@ PLANNER_PARAMS: tuple[ParamSpec, ...] = (
           "left of the budget; the record says so)"),
     _spec("frame_scale", _PC.frame_scale, "double",
           "with mmproj, reuse or every: downscale each frame by this first, in (0, 1]"),
+    _spec("vision_encoder", _PC.vision_encoder, "string",
+          "with mmproj: what encodes the frame: clip (llama.cpp's, libmtmd) or onnx (the "
+          "tower's ONNX export on ONNX Runtime, cached in the model cache)",
+          choices=VISION_ENCODERS),
     # The old spelling of target_device, kept for one release: params files and launch lines
     # written for the last release keep working (with a note naming the new name).
     _spec("device_profile", "", "string",
@@ -298,7 +303,7 @@ def planner_settings(values: Mapping[str, Any], *, sysfs_root: Path = Path("/"),
             profile=v["planner_profile"].strip() or None,
             draft_model=v["draft_model"].strip() or None, target_device=target,
             mmproj=v["mmproj"].strip() or None, image_policy=v["image_policy"].strip(),
-            frame_scale=v["frame_scale"],
+            frame_scale=v["frame_scale"], vision_encoder=v["vision_encoder"].strip(),
             n_threads=v["n_threads"], n_threads_batch=v["n_threads_batch"],
             n_gpu_layers=v["n_gpu_layers"], engine_family=v["engine_family"].strip() or None,
             calibration=v["calibration"].strip() or None, cpu=cpu,

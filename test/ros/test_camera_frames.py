@@ -145,18 +145,21 @@ def test_frames_from_a_bag_reach_the_plan_and_the_client_edge_over_dds(tmp_path:
     assert sent_stamps <= {r.frame_stamp_ns for r in records}
 
 
-@pytest.mark.parametrize("policy", ["reuse", "every"])
+@pytest.mark.parametrize(("policy", "encoder"),
+                         [("reuse", "clip"), ("every", "clip"), ("reuse", "onnx")])
 def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
-        tmp_path: Path, policy: str) -> None:
+        tmp_path: Path, policy: str, encoder: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """planner_node on llama.cpp with the shipped planner and a tiny tower (mmproj): a frame is
     encoded and prefilled in the first cycle that sees it (phases image_encode, image_prefill)
     and found in the KV cache by the next cycles with the same frame (no image phase); with
-    image_policy every, each cycle encodes it again."""
+    image_policy every, each cycle encodes it again; with vision_encoder onnx, the same on the
+    tower's ONNX export (written into the node's model cache)."""
     from robot_latency.models.bundled import bundled_model_path
     from robot_latency.models.mmproj import SHAPES, write_mmproj
 
     mmproj = write_mmproj(SHAPES["tiny-mlp"], tmp_path / "tower.gguf",
                           lm_path=bundled_model_path("planner"))
+    monkeypatch.setenv("ROBOT_LATENCY_CACHE_DIR", str(tmp_path / "cache"))  # the node's
     texts = ["go to the kitchen", "stop", "pick up the red cup", "open the door"]
     commands = [Command(t_ns=(100 + 1500 * i) * MS, text=texts[i], command_id=f"s{i}")
                 for i in range(4)]
@@ -166,7 +169,7 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
     run_dir, _ = _node_and_replay(
         tmp_path, {"engine": "llamacpp", "mode": "event", "deadline_ms": 20000.0,
                    "on_new_command": "queue", "image_policy": policy, "label": "seen",
-                   "mmproj": str(mmproj)},
+                   "mmproj": str(mmproj), "vision_encoder": encoder},
         bag, {"tail_s": 120.0}, start_s=180.0, replay_s=300.0)
     records = [r for r in read_records(run_dir / "cycles.jsonl") if r.command_id]
     # a command that arrives while the node is busy may be superseded (newest wins): it never
@@ -180,6 +183,7 @@ def test_a_vision_tower_encodes_each_new_frame_once_and_reuses_it_over_dds(
     previous = None
     for r in seen:
         assert r.image is not None and r.image["tokens"] == 16, r.image
+        assert r.image["encoder"] == encoder
         # the frame in the KV cache is the previous cycle's: reused exactly when it is the same
         # (every: never)
         assert r.image["reused"] == (policy == "reuse" and r.frame_stamp_ns == previous), \

@@ -490,7 +490,8 @@ def cmd_kill(args: argparse.Namespace) -> dict[str, Any]:
                 reps.append({"repeat": rep, **row})
     total = {key: sum(r[key] for r in reps) for key in (
         "cycles", "late", "kills", "kills_mid_request", "mid_request_cycles", "mid_request_cut",
-        "mid_request_answered", "mid_request_other", "mid_request_late")}
+        "mid_request_answered", "mid_request_given_up", "mid_request_other",
+        "mid_request_late")}
     return {"benchmark": "offboard kill", "model": str(args.model_path),
             "threads": args.threads, "stream": str(args.stream),
             "max_commands": args.max_commands, "deadline_ms": args.deadline_ms,

@@ -265,6 +265,11 @@ def run_summary(records: list[CycleRecord], kills: list[Kill], *, asked: int,
     # The model's plan on a mid-request kill: the server had sent the answer's last chunks
     # (read from the socket after it died) and not yet written its timing line.
     answered = sum(1 for k in hit if k.plan_source == "model")
+    # A request still on its way to the server when it died (its record open, the server's log
+    # without it): the broken connection can surface after the loop's give-up, which then falls
+    # back at the deadline, on time, as with any slow server (seen on a loaded host).
+    given_up = sum(1 for k in hit if not k.server_in_flight and k.plan_source == "fallback"
+                   and k.fallback_reason == "deadline")
     outcomes: dict[str, int] = {}
     for k in hit:
         key = k.fallback_reason or k.plan_source or "none"
@@ -283,13 +288,16 @@ def run_summary(records: list[CycleRecord], kills: list[Kill], *, asked: int,
         "kills": len(kills),
         "drill_at_end": drill,
         "kills_mid_request": len(mid),
-        # The cycles those kills hit: cut (a server fault), answered (the model's plan), or
-        # anything else (a defect: the deadline, a wrong reason); and how many were late.
+        # The cycles those kills hit: cut (a server fault), answered (the model's plan), given
+        # up at the deadline with the request not yet at the server, or anything else (a
+        # defect: the deadline while the server held the request, a wrong reason); and how
+        # many were late.
         "mid_request_cycles": len(hit),
         "mid_request_outcomes": outcomes,
         "mid_request_cut": cut,
         "mid_request_answered": answered,
-        "mid_request_other": len(hit) - cut - answered,
+        "mid_request_given_up": given_up,
+        "mid_request_other": len(hit) - cut - answered - given_up,
         "mid_request_late": sum(1 for k in hit if k.deadline_met is False),
         "restart_s": [round(k.restart_s, 3) for k in kills],
         "kill_list": [k.to_dict(t0) for k in kills],

@@ -112,10 +112,13 @@ def test_kill_smoke(tmp_path: Path) -> None:
     assert rep["fallbacks"].get("server_unreachable", 0) >= 1
     # Two of the three kills are aimed at a request in flight. A cycle such a kill hit falls
     # back with a server fault, or has the model's plan when the server had sent the answer
-    # before it died (its timing line not yet written); never the deadline or another reason.
+    # before it died (its timing line not yet written). Where the server had not taken the
+    # request yet (on its way: its log without it), the broken connection can surface after the
+    # loop's give-up: then the cycle falls back at its deadline. Never the deadline while the
+    # server held the request, never another reason.
     assert rep["kills_mid_request"] >= 1
     by_cycle = {r.cycle: r for r in records}
-    cut = 0
+    cut = given_up = 0
     for kill in kills:
         if not (kill["mid_request"] and kill["cycle"] is not None):
             continue
@@ -124,10 +127,13 @@ def test_kill_smoke(tmp_path: Path) -> None:
         if rec.plan_source == "model":
             continue
         assert rec.plan_source == "fallback", kill
+        if rec.fallback_reason == "deadline" and not kill["server_in_flight"]:
+            given_up += 1
+            continue
         assert rec.fallback_reason in ("server_error", "server_unreachable"), kill
         assert rec.engine_error, kill  # the fault is in the record
         cut += 1
-    assert cut == rep["mid_request_cut"] >= 1
+    assert cut == rep["mid_request_cut"] >= 1 and given_up == rep["mid_request_given_up"]
     assert rep["mid_request_other"] == 0
     assert sum(rep["mid_request_outcomes"].values()) == rep["mid_request_cycles"]
     # Every fallback's lateness is in the document, late or not, by its reason.

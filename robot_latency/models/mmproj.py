@@ -15,9 +15,10 @@ package, in the names and keys that the llama.cpp of llama-cpp-python 0.3.36 loa
   scale 4). llama.cpp's idefics3 preprocessing always adds a global view to the tiles, so a
   frame of one tile is two image chunks (the view, then the tile).
 
-The weights are NOT trained: random normal (std 0.02), unit layernorms, zero biases, enough for
-the encode and the image tokens' prefill to take their real time. A frame's embeddings carry no
-meaning. A trained seeing planner is a later piece.
+The weights are NOT trained unless given (``tensors=``): random normal (std 0.02), unit
+layernorms, zero biases, enough for the encode and the image tokens' prefill to take their real
+time; a frame's embeddings carry no meaning. Trained weights come from
+:mod:`robot_latency.models.vision_tower` (the ``mlp`` tower in torch).
 
 The input resolution is a setting (:func:`at_resolution`): it sets the position table's length
 and so the number of image tokens.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,7 +268,9 @@ def _tensors(shape: TowerShape, n_embd_out: int, rng: np.random.Generator
 
 
 def write_mmproj(shape: TowerShape, out_path: str | Path, *, lm_path: str | Path | None = None,
-                 n_embd_out: int | None = None, seed: int = 0) -> Path:
+                 n_embd_out: int | None = None, seed: int = 0,
+                 tensors: Mapping[str, np.ndarray] | None = None,
+                 title: str | None = None) -> Path:
     """Write ``shape`` as an mmproj GGUF at ``out_path`` (untrained weights: see the module).
 
     Args:
@@ -275,6 +279,9 @@ def write_mmproj(shape: TowerShape, out_path: str | Path, *, lm_path: str | Path
         lm_path: the language model it is for; its embedding width is the projector's output.
         n_embd_out: that width given directly (one of ``lm_path`` and ``n_embd_out``).
         seed: the weights' seed.
+        tensors: trained weights instead of random ones, by tensor name, in the shapes and
+            dtypes the random ones have (a trained seeing planner's tower).
+        title: ``general.name`` (default: the shape's name, untrained).
 
     Raises:
         MmprojError: a shape llama.cpp cannot load, or no width to project to.
@@ -291,7 +298,7 @@ def write_mmproj(shape: TowerShape, out_path: str | Path, *, lm_path: str | Path
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     writer = gguf.GGUFWriter(str(tmp), arch="clip")
-    writer.add_name(f"{shape.name} (untrained, for timing)")
+    writer.add_name(title or f"{shape.name} (untrained, for timing)")
     writer.add_description(shape.source)
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_string("clip.projector_type", shape.projector)
@@ -311,6 +318,13 @@ def write_mmproj(shape: TowerShape, out_path: str | Path, *, lm_path: str | Path
         writer.add_uint32("clip.vision.projector.scale_factor", shape.scale_factor)
     rng = np.random.default_rng(seed)
     for name, data in _tensors(shape, width, rng):
+        if tensors is not None:
+            if name not in tensors:
+                raise MmprojError(f"{out}: tensor {name}: missing from the trained weights")
+            if tuple(tensors[name].shape) != data.shape:
+                raise MmprojError(f"{out}: tensor {name}: shape {tuple(tensors[name].shape)}, "
+                                  f"expected {data.shape}")
+            data = np.asarray(tensors[name], dtype=data.dtype)
         writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -93,5 +93,6 @@ def test_trained_weights_are_written_as_given(tmp_path: Path) -> None:
     for name, value in tower.gguf_tensors().items():
         assert np.allclose(tensors[name], value, rtol=1e-3, atol=1e-4), name  # f16 matrices
     del tensors["mm.0.bias"]
-    with pytest.raises(MmprojError, match=r"t2.gguf: tensor mm.0.bias: missing from the trained weights"):
+    with pytest.raises(MmprojError,
+                       match=r"t2.gguf: tensor mm.0.bias: missing from the trained weights"):
         write_mmproj(SEEING_SHAPE, tmp_path / "t2.gguf", n_embd_out=128, tensors=tensors)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock, sleep_until_for
@@ -43,6 +42,7 @@ from robot_latency.planner.runner import (  # noqa: F401  (re-exported: the loop
     Interrupt,
     Runner,
     RunOutcome,
+    clip_trace,
 )
 from robot_latency.profiles.actions import PlanParseError
 from robot_latency.profiles.contract import complete_plan
@@ -57,28 +57,11 @@ log = logging.getLogger(__name__)
 #: spend anyway: the engine worker cannot start its request before it has answered this one.
 PARTIAL_TRACE_WAIT_NS = 200_000_000
 
+#: How often periodic mode's wait for a tick looks for a command that cannot wait for it.
+TICK_POLL_NS = 5_000_000
+
 Publisher = Callable[[dict[str, Any]], None]
 RecordSink = Callable[[CycleRecord], None]
-
-
-def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
-    """Return what ``trace`` had done by ``cut_ns`` (when the loop gave up on it).
-
-    An aborted generation answers a little after the give-up: tokens and prefill chunks
-    stamped after it are left out, and a prefill still running then counts up to it
-    (``phases_extra_ns["prefill"]``), so the record shows where the budget went, not what
-    the engine did after nobody was waiting.
-    """
-    keep = sum(1 for t in trace.token_ns if t <= cut_ns)
-    chunks = [t for t in trace.prefill_chunk_ns if t <= cut_ns]
-    extra = dict(trace.phases_extra_ns)
-    cut_prefill = len(chunks) < len(trace.prefill_chunk_ns) or (
-        not trace.prefill_chunk_ns and "prefill" in extra)
-    if cut_prefill and trace.tokenized_ns is not None and trace.tokenized_ns <= cut_ns:
-        chunks = []  # the prefill did not finish by the give-up: one partial total instead
-        extra["prefill"] = min(extra.get("prefill", cut_ns), cut_ns - trace.tokenized_ns)
-    return replace(trace, token_ns=trace.token_ns[:keep], tokens=trace.tokens[:keep],
-                   prefill_chunk_ns=chunks, phases_extra_ns=extra)
 
 
 class PlannerLoop:
@@ -390,7 +373,7 @@ class PlannerLoop:
         n = 0
         while n < n_cycles and not (should_stop and should_stop()):
             scheduled = t0 + n * period
-            self.sleep_until(scheduled)
+            self.wait_for_tick(scheduled)
             if feed is not None:
                 feed(self.clock())
             newest = self.mailbox.take()
@@ -407,6 +390,23 @@ class PlannerLoop:
                 self._skipped(self._take_cycle_id(), t0 + n * period)
                 n += 1
         return n
+
+    def wait_for_tick(self, tick_ns: int) -> None:
+        """Periodic mode: wait until ``tick_ns``; a stamped command (its deadline counts from
+        its send) whose give-up time comes first gets a cycle of its own then (the fallback,
+        reason ``deadline``): at the tick its plan could arrive late. The tick re-plans it.
+        Looks every :data:`TICK_POLL_NS` (a replay's ``feed`` delivers at the ticks)."""
+        while (now := self.clock()) < tick_ns:
+            waiting, wake = self.mailbox.peek(), tick_ns
+            if waiting is not None and waiting.sent_ns is not None \
+                    and waiting.command_id != self._last_command_id:
+                wake = waiting.start_ns + waiting.budget_ns(self.config.deadline_ns) - (
+                    self.publish_margin.margin_ns() + self.transport.margin_ns())
+                if wake <= now and (taken := self.mailbox.take()) is not None:
+                    self._current = taken  # the newest (newer than the peek's in a race)
+                    self.run_cycle(self._take_cycle_id(), taken.start_ns, taken)
+                    continue
+            self.sleep_until(min(wake, tick_ns, now + TICK_POLL_NS))
 
     def _take_cycle_id(self) -> int:
         cycle = self.next_cycle

@@ -84,6 +84,11 @@ class Mailbox:
         if self.on_put is not None:
             self.on_put(command)
 
+    def peek(self) -> InboundCommand | None:
+        """Return the newest waiting command without taking it, or None if empty."""
+        with self._lock:
+            return self._items[-1] if self._items else None
+
     def take(self) -> InboundCommand | None:
         """Return the newest waiting command (older ones are superseded), or None if empty."""
         with self._lock:

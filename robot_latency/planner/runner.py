@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
@@ -183,3 +183,23 @@ def outcome_of(trace: GenerationTrace, clock: Clock, give_up_ns: int, *,
     if clock() > give_up_ns or trace.stop_reason in (StopReason.DEADLINE, StopReason.ABORTED):
         return RunOutcome(trace, "timeout")
     return RunOutcome(trace, "ok")
+
+
+def clip_trace(trace: GenerationTrace, cut_ns: int) -> GenerationTrace:
+    """Return what ``trace`` had done by ``cut_ns`` (when the loop gave up on it).
+
+    An aborted generation answers a little after the give-up: tokens and prefill chunks
+    stamped after it are left out, and a prefill still running then counts up to it
+    (``phases_extra_ns["prefill"]``), so the record shows where the budget went, not what
+    the engine did after nobody was waiting.
+    """
+    keep = sum(1 for t in trace.token_ns if t <= cut_ns)
+    chunks = [t for t in trace.prefill_chunk_ns if t <= cut_ns]
+    extra = dict(trace.phases_extra_ns)
+    cut_prefill = len(chunks) < len(trace.prefill_chunk_ns) or (
+        not trace.prefill_chunk_ns and "prefill" in extra)
+    if cut_prefill and trace.tokenized_ns is not None and trace.tokenized_ns <= cut_ns:
+        chunks = []  # the prefill did not finish by the give-up: one partial total instead
+        extra["prefill"] = min(extra.get("prefill", cut_ns), cut_ns - trace.tokenized_ns)
+    return replace(trace, token_ns=trace.token_ns[:keep], tokens=trace.tokens[:keep],
+                   prefill_chunk_ns=chunks, phases_extra_ns=extra)

@@ -12,7 +12,13 @@ from robot_latency.planner.config import RunSettings
 from robot_latency.planner.engine import create_planner_engine
 from robot_latency.planner.loop import InlineRunner, Interrupt, PlannerLoop, RunOutcome
 from robot_latency.planner.mailbox import InboundCommand
-from robot_latency.planner.margin import LEGS, PUBLISH_FLOOR_MS, PUBLISH_START_MS, SLACK_NS
+from robot_latency.planner.margin import (
+    LEGS,
+    PUBLISH_FLOOR_MS,
+    PUBLISH_START_MS,
+    SLACK_NS,
+    TAIL_HEADROOM,
+)
 from robot_latency.profiles.profile import load_planning
 from robot_latency.records import CycleRecord
 
@@ -186,5 +192,54 @@ def test_a_model_plan_published_late_after_the_give_up_raises_the_transport_marg
     late, after = h.records
     assert late.plan_source == "model" and late.published_ns is not None
     assert late.published_ns == late.deadline_ns - late.margin_ns + 5 * MS
-    assert late.margin_ns == 2 * MS + LEGS * 1 * MS + SLACK_NS
+    assert late.margin_ns == 2 * MS + round(TAIL_HEADROOM * LEGS * 1 * MS) + SLACK_NS
     assert after.margin_ns == late.margin_ns + 3 * MS
+
+
+def _submit_while_waiting(h: Harness, command: InboundCommand) -> None:
+    """Deliver ``command`` at its arrival, from inside the loop's wait (a live source)."""
+    sleep_until = h.loop.sleep_until
+
+    def waiting(target_ns: int) -> None:
+        if h.clock.now() < command.arrival_ns <= target_ns:
+            sleep_until(command.arrival_ns)
+            h.loop.submit(command)
+        sleep_until(target_ns)
+    h.loop.sleep_until = waiting
+
+
+def test_periodic_a_stamped_command_whose_give_up_comes_before_the_tick_is_answered_then() -> None:
+    """Periodic, deadline = period (300 ms): a command sent just after a tick would be planned
+    at the next one, 295 ms into its budget, and its plan would cross the transport past the
+    deadline (seen over DDS with both cores busy: three such fallbacks, published in time by
+    the planner, arrived 1-3 ms late). It gets a cycle of its own at its give-up time instead,
+    with the transport margin still ahead; the tick then re-plans it as usual."""
+    h = Harness(period_ms=300, deadline_ms=300, publish_margin_ms=2, transport_margin_ms=50)
+    tick = h.clock.now()
+    sent = tick + 5 * MS
+    _submit_while_waiting(h, InboundCommand("late", CUP, sent + 1 * MS, sent_ns=sent))
+    h.loop.run_periodic(3, start_ns=tick)
+    idle, own, again, third = h.records
+    assert idle.fallback_reason == "no_command" and idle.scheduled_ns == tick
+    assert own.command_id == "late" and own.scheduled_ns == sent == own.command_sent_ns
+    assert own.plan_source == "fallback" and own.fallback_reason == "deadline"
+    give_up = own.deadline_ns - own.margin_ns
+    assert own.margin_ns == 52 * MS and give_up < tick + 300 * MS
+    assert own.published_ns is not None and give_up <= own.published_ns
+    # published with the transport's share of the margin still ahead of the deadline
+    assert own.published_ns <= own.deadline_ns - 50 * MS and own.deadline_met
+    assert again.command_id == "late" and again.scheduled_ns == tick + 300 * MS
+    assert again.command_sent_ns is None and third.scheduled_ns == tick + 600 * MS
+    assert [p["cycle"] for p in h.plans] == [0, 1, 2, 3]
+
+
+def test_periodic_a_command_with_time_for_the_tick_or_no_stamp_waits_for_the_tick() -> None:
+    for command in (InboundCommand("soon", CUP, 10**9 + 250 * MS, sent_ns=10**9 + 249 * MS),
+                    InboundCommand("plain", CUP, 10**9 + 5 * MS)):
+        h = Harness(period_ms=300, deadline_ms=300, publish_margin_ms=2, transport_margin_ms=50)
+        _submit_while_waiting(h, command)
+        h.loop.run_periodic(2, start_ns=h.clock.now())
+        idle, planned = h.records
+        assert idle.fallback_reason == "no_command"
+        assert planned.command_id == command.command_id and planned.plan_source == "model"
+        assert planned.started_ns == 10**9 + 300 * MS  # at the tick, not before

@@ -25,6 +25,9 @@ first cycle (the cycle that planned it first; re-plans of the same command do no
                             (``target_basis`` ``simulated``: nothing of this host's speed);
                             without it, ``correct_rate x`` the records' predicted in-time share
                             (``records``: this host's plans)
+``frames``                  where its cycles planned with a camera frame: the frame scale and the
+                            image tokens a frame took (median), so the level named is named with
+                            its resolution; None for a text-only run
 
 :func:`recommend` names the level to put on the robot: the highest predicted target goodput,
 ties to the smaller file (measured goodput where no target answer exists, said so).
@@ -50,7 +53,7 @@ from robot_latency.profiles.labels import REFUSE_LABEL, LabelError, LabelSet
 from robot_latency.profiles.rules import rule_plan_json
 from robot_latency.records import CycleRecord
 from robot_latency.report.client import read_client_rows
-from robot_latency.report.rundir import RunData, load_run, model_field
+from robot_latency.report.rundir import RunData, frame_scale, load_run, model_field
 from robot_latency.report.table import markdown_table, pct, rate_ci
 from robot_latency.stats import wilson_interval
 
@@ -93,6 +96,7 @@ class CorrectnessRow:
     target_in_time_rate: float | None = None
     target_goodput_pred: float | None = None
     target_basis: str | None = None
+    frames: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as a JSON-ready dict."""
@@ -265,7 +269,18 @@ def level_correctness(run: RunData, *, client: Sequence[Mapping[str, Any]] | Non
         in_domain_refuse_rate=_rate(sum(1 for r in domain if is_refusal(r.plan)), len(domain)),
         fallback_goodput_rule=alt.get("rule"), fallback_goodput_hold=alt.get("hold"),
         better_fallback=better, target_in_time_rate=in_time,
-        target_goodput_pred=target_goodput, target_basis=basis)
+        target_goodput_pred=target_goodput, target_basis=basis, frames=_frames(run))
+
+
+def _frames(run: RunData) -> str | None:
+    """The frames a run planned with, in words (:class:`CorrectnessRow` ``frames``)."""
+    tokens = sorted(r.image["tokens"] for r in run.records
+                    if isinstance(r.image, dict) and r.image.get("tokens"))
+    if not tokens:
+        return None
+    scale = frame_scale(run)
+    at = "frames" if scale is None else f"frames at {scale:g}x"
+    return f"{at}, {tokens[len(tokens) // 2]} image tokens a frame"
 
 
 def correctness_rows(run_dirs: Sequence[str | os.PathLike[str]], *,
@@ -346,7 +361,9 @@ def recommend(rows: Sequence[CorrectnessRow]) -> tuple[CorrectnessRow | None, st
     else:
         note = ("; from this host's plans, as no untimed pass was run (demo, or run and sweep "
                 "with --target-answer)")
-    why = f"{best.label}: {basis} {pct(value)} is the highest (rule: {RULE}{note})"
+    named = best.label if best.frames is None else \
+        f"{best.label} (level {best.quant or 'of its file'}, {best.frames})"
+    why = f"{named}: {basis} {pct(value)} is the highest (rule: {RULE}{note})"
     return best, why
 
 

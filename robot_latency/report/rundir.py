@@ -213,3 +213,8 @@ def deadline_ms(run: RunData) -> float | None:
         return value
     budgets = sorted(r.deadline_budget_ns for r in run.records)
     return budgets[len(budgets) // 2] / 1e6 if budgets else None
+
+
+def frame_scale(run: RunData) -> float | None:
+    """The run's frame scale (the manifest config's ``frame_scale``), or None."""
+    return _number(_get(run.manifest, "config", "frame_scale"))

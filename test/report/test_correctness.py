@@ -191,3 +191,22 @@ def test_the_predicted_target_goodput_does_not_depend_on_this_hosts_speed(
     assert row.correct_rate < by["slow"].correct_rate
     assert row.target_goodput_pred == by["slow"].target_goodput_pred
     assert level_correctness(wrong).target_basis != "simulated"
+
+
+def test_a_level_that_planned_with_frames_is_named_with_its_resolution() -> None:
+    """sweep --frame-scales: the level put on the robot comes with the frames it saw."""
+    def seeing(label: str, quant: str, scale: float, tokens: int, correct: list[bool]) -> RunData:
+        recs = [_rec(i, f"c{i}", correct=c, kind="goto") for i, c in enumerate(correct)]
+        for r in recs:
+            r.image = {"tokens": tokens, "chunks": 1, "reused": False}
+        return RunData(label, recs, {"model": {"quant": quant, "weight_bytes_total": 400},
+                                     "config": {"frame_scale": scale}})
+    full = level_correctness(seeing("Q4_0 x1", "Q4_0", 1.0, 128, [True, True, False]))
+    half = level_correctness(seeing("Q4_0 x0.5", "Q4_0", 0.5, 64, [True, True, True]))
+    assert (full.frames, half.frames) == ("frames at 1x, 128 image tokens a frame",
+                                          "frames at 0.5x, 64 image tokens a frame")
+    best, why = recommend([full, half])
+    assert best is half
+    assert why.startswith("Q4_0 x0.5 (level Q4_0, frames at 0.5x, 64 image tokens a frame)")
+    text_only = level_correctness(_level("Q8_0", 800, [True], [True]))
+    assert text_only.frames is None and recommend([text_only])[1].startswith("Q8_0: ")

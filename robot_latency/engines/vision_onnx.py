@@ -9,10 +9,12 @@ one array per image chunk that libmtmd makes of the frame:
   ``min(S / w, S / h)`` (sides rounded up), Pillow's bicubic resample (which llama.cpp's
   ``resize_bicubic_pillow`` ports, fixed point included), centred on llama.cpp's pad colour for
   this projector, ``(122, 116, 104)`` (CLIP's mean x 255, truncated).
-- ``idefics3`` (SmolVLM): two chunks for a frame of at most ``S`` px a side: the global view (the
-  same letterbox, black pad), then the one tile (the frame resized to ``S`` x ``S``, bicubic).
-  Larger frames are split into several tiles by rules this module does not reproduce: they are
-  refused.
+- ``idefics3`` (SmolVLM): the tiles, then the global view, as this llama.cpp's
+  ``mtmd_image_preprocessor_idefics3`` makes them (an mmproj without
+  ``clip.vision.preproc_image_size``): each side of the frame rounded to whole tiles (halves
+  up, at least one), the frame letterboxed into that grid (black pad), cut into ``S`` x ``S``
+  tiles row by row; then the frame resized to ``S`` x ``S`` without padding, the view
+  (:func:`robot_latency.floor.vision_tower.tile_grid`).
 
 A frame of exactly ``S`` x ``S`` is not resampled at all (llama.cpp copies it), so there the
 pixels are bit-equal and only the arithmetic differs. Then ``(x / 255 - mean) / std`` per
@@ -38,6 +40,7 @@ import numpy as np
 
 from robot_latency.clock import DEFAULT_CLOCK, Clock
 from robot_latency.engines.vision import VisionError, frame_rgb
+from robot_latency.floor.vision_tower import tile_grid
 from robot_latency.models.mmproj import MmprojError
 from robot_latency.models.vision_onnx import VisionTower, export_vision_onnx, read_tower
 
@@ -48,8 +51,8 @@ log = logging.getLogger(__name__)
 
 #: llama.cpp's letterbox colour for the llava projectors (CLIP's mean x 255, truncated).
 LLAVA_PAD_RGB = (122, 116, 104)
-#: The idefics3 global view's letterbox colour.
-VIEW_PAD_RGB = (0, 0, 0)
+#: The letterbox colour of idefics3's tiles.
+TILE_PAD_RGB = (0, 0, 0)
 
 
 class OnnxVisionError(VisionError):
@@ -79,25 +82,27 @@ class OnnxFrameEmbedding:
                 "preprocess_ms": self.preprocess_ms, "encode_ms": self.encode_ms}
 
 
-def letterbox(rgb: np.ndarray, side_px: int, pad_rgb: tuple[int, int, int]) -> np.ndarray:
-    """``rgb`` (H, W, 3) uint8 scaled to fit a ``side_px`` square and centred on ``pad_rgb``.
+def letterbox(rgb: np.ndarray, side_px: int | tuple[int, int],
+              pad_rgb: tuple[int, int, int]) -> np.ndarray:
+    """``rgb`` (H, W, 3) uint8 scaled to fit a ``side_px`` square (or a ``(width, height)``
+    box) and centred on ``pad_rgb``.
 
     As llama.cpp's ``img_tool::resize`` with padding: the scale in float32, the sides rounded up,
-    the offsets rounded down; no resample when the frame is already the square.
+    the offsets rounded down; no resample when the frame is already the box.
     """
     from PIL import Image
 
+    bw, bh = (side_px, side_px) if isinstance(side_px, int) else side_px
     h, w = int(rgb.shape[0]), int(rgb.shape[1])
-    if (w, h) == (side_px, side_px):
+    if (w, h) == (bw, bh):
         return rgb
-    s = np.float32(side_px)
-    scale = min(s / np.float32(w), s / np.float32(h))
-    nw = min(math.ceil(np.float32(w) * scale), side_px)
-    nh = min(math.ceil(np.float32(h) * scale), side_px)
+    scale = min(np.float32(bw) / np.float32(w), np.float32(bh) / np.float32(h))
+    nw = min(math.ceil(np.float32(w) * scale), bw)
+    nh = min(math.ceil(np.float32(h) * scale), bh)
     small = np.asarray(Image.fromarray(rgb).resize((nw, nh), Image.Resampling.BICUBIC))
-    out = np.empty((side_px, side_px, 3), np.uint8)
+    out = np.empty((bh, bw, 3), np.uint8)
     out[:] = np.asarray(pad_rgb, np.uint8)
-    y0, x0 = (side_px - nh) // 2, (side_px - nw) // 2
+    y0, x0 = (bh - nh) // 2, (bw - nw) // 2
     out[y0:y0 + nh, x0:x0 + nw] = small
     return out
 
@@ -118,21 +123,18 @@ def _normalize(rgb: np.ndarray, tower: VisionTower) -> np.ndarray:
 
 
 def preprocess_frame(tower: VisionTower, image: Any) -> list[np.ndarray]:
-    """The pixel tensors (1, 3, S, S) float32, one per image chunk, for a frame.
-
-    Raises:
-        OnnxVisionError: an idefics3 frame larger than the tile (several tiles).
-    """
+    """The pixel tensors (1, 3, S, S) float32, one per image chunk, for a frame, in libmtmd's
+    order (idefics3: the tiles row by row, then the global view)."""
     width, height, data = frame_rgb(image)
     rgb = np.frombuffer(data, np.uint8).reshape(height, width, 3)
     side = tower.image_size_px
     if tower.projector == "mlp":
         return [_normalize(letterbox(rgb, side, LLAVA_PAD_RGB), tower)]
-    if max(width, height) > side:
-        raise OnnxVisionError(f"frame {width}x{height}: idefics3 tiling of frames over {side} px "
-                              "a side is not reproduced by the ONNX encoder")
-    return [_normalize(letterbox(rgb, side, VIEW_PAD_RGB), tower),
-            _normalize(_stretch(rgb, side), tower)]
+    cols, rows = tile_grid(width, height, side)
+    grid = letterbox(rgb, (cols * side, rows * side), TILE_PAD_RGB)
+    tiles = [grid[y * side:(y + 1) * side, x * side:(x + 1) * side]
+             for y in range(rows) for x in range(cols)]
+    return [*(_normalize(t, tower) for t in tiles), _normalize(_stretch(rgb, side), tower)]
 
 
 class OnnxVisionEncoder:

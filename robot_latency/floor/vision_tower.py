@@ -30,6 +30,14 @@ VISION_PROJECTORS = ("mlp", "idefics3")
 DEFAULT_FRAME_PX = (640, 480)
 
 
+def tile_grid(width_px: int, height_px: int, tile_px: int) -> tuple[int, int]:
+    """idefics3's tiles across and down for a frame, as this llama.cpp cuts it (an mmproj without
+    ``clip.vision.preproc_image_size``): each side over the tile, rounded half up
+    (``std::round``), at least one."""
+    return (max(1, math.floor(width_px / tile_px + 0.5)),
+            max(1, math.floor(height_px / tile_px + 0.5)))
+
+
 @dataclass(frozen=True)
 class VisionTower:
     """A vision tower and its projector, as the FLOPs count needs them.
@@ -108,9 +116,7 @@ class VisionTower:
             raise FloorError(f"frame {w}x{h}: both sides must be > 0")
         if self.projector == "mlp":
             return 1
-        tile = self.image_size_px
-        tiles_x = max(1, math.floor(w / tile + 0.5))
-        tiles_y = max(1, math.floor(h / tile + 0.5))
+        tiles_x, tiles_y = tile_grid(w, h, self.image_size_px)
         return 1 + tiles_x * tiles_y
 
     def image_tokens(self, frame_px: tuple[int, int] = DEFAULT_FRAME_PX) -> int:

@@ -114,6 +114,10 @@ def read_tower(path: str | Path) -> tuple[VisionTower, dict[str, np.ndarray]]:
     if kind not in PROJECTORS:
         raise MmprojError(f"{p}: clip.projector_type={kind!r}: the ONNX export supports "
                           f"{PROJECTORS}")
+    if kind == "idefics3" and int(key("clip.vision.preproc_image_size", 0) or 0) > 0:
+        raise MmprojError(f"{p}: clip.vision.preproc_image_size: the longest-edge resize of "
+                          "this llama.cpp's idefics3 preprocessing is not reproduced by the "
+                          "ONNX export")
     if reader.fields.get("clip.vision.feature_layer") is not None:
         raise MmprojError(f"{p}: clip.vision.feature_layer: explicit feature layers (granite) "
                           "are not reproduced by the ONNX export")

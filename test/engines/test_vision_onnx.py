@@ -35,6 +35,7 @@ from robot_latency.engines.vision_onnx import (
     OnnxVisionError,
     decode_embeddings,
 )
+from robot_latency.floor.vision_tower import tile_grid
 from robot_latency.llama_load import load_policy, open_llama
 from robot_latency.models.bundled import bundled_model_path
 from robot_latency.models.mmproj import SHAPES, MmprojError, write_mmproj
@@ -197,18 +198,19 @@ def test_mlp_embeddings_equal_llama_cpp(mlp: tuple[_Mtmd, OnnxVisionEncoder],
     assert _gap(ours, theirs) < REL_TOL
 
 
-@pytest.mark.parametrize("size", [(128, 128), (100, 80)])
-def test_idefics3_view_and_tile_equal_llama_cpp(towers: dict[str, Path],
-                                                size: tuple[int, int]) -> None:
+# 128-px tiles: one tile; 400 x 300 is 3 x 2 tiles; 320 x 64 is 2.5 x 0.5 tiles, halves up
+@pytest.mark.parametrize(("size", "grid"), [((128, 128), (1, 1)), ((100, 80), (1, 1)),
+                                            ((400, 300), (3, 2)), ((320, 64), (3, 1))])
+def test_idefics3_tiles_and_view_equal_llama_cpp(towers: dict[str, Path], size: tuple[int, int],
+                                                 grid: tuple[int, int]) -> None:
     lib = _Mtmd(towers["tiny-shuffle"])
     try:
         with OnnxVisionEncoder(towers["tiny-shuffle"]) as enc:
+            assert tile_grid(*size, SHAPES["tiny-shuffle"].image_size_px) == grid
             png = _png(*size, seed=3)
             theirs = lib.embeddings(png)
-            assert len(theirs) == 2  # the global view, then the one tile
+            assert len(theirs) == grid[0] * grid[1] + 1  # the tiles, then the global view
             assert _gap(list(enc.encode(png).embeddings), theirs) < REL_TOL
-            with pytest.raises(OnnxVisionError, match=r"frame 400x300: idefics3 tiling"):
-                enc.encode(_png(400, 300))
     finally:
         lib.close()
 
@@ -248,6 +250,19 @@ def test_bad_input_is_one_line_naming_the_file(towers: dict[str, Path], tmp_path
         read_tower(tmp_path / "nope.gguf")
     with pytest.raises(MmprojError, match=r"clip.projector_type='': the ONNX export supports"):
         export_vision_onnx(LM, tmp_path / "lm.onnx")
+    # an idefics3 mmproj that asks for the longest-edge resize first: not reproduced, refused
+    import gguf
+
+    longest = tmp_path / "longest.gguf"
+    writer = gguf.GGUFWriter(str(longest), arch="clip")
+    writer.add_string("clip.projector_type", "idefics3")
+    writer.add_uint32("clip.vision.preproc_image_size", 1536)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(MmprojError, match=r"longest.gguf: clip.vision.preproc_image_size: the"):
+        read_tower(longest)
     with pytest.raises(OnnxVisionError, match=r"nope.gguf: no such file"):
         OnnxVisionEncoder(tmp_path / "nope.gguf")
     with pytest.raises(MmprojError, match=r"opset=12: supported 17..21"):

@@ -22,7 +22,14 @@ from robot_latency.profiles.contract import complete_plan
 from robot_latency.profiles.profile import load_planning
 from robot_latency.profiles.vocab import VocabTokenizer
 
-N_HELDOUT = 30
+#: Held-out commands the suite plans: 100, not the 30 it took until the planner reached its
+#: target. On 30 one command is 3.3 points, so 95% (29 of 30) cannot be told from 93%; the
+#: shipped planner's 95.0% on 300 (docs/bench/json_planner_phase10_eval300.json) gets fewer
+#: than 29 of the first 30 and 97 of the first 100. The bar is the same 95%; 100 take about 20 s
+#: more.
+N_HELDOUT = 100
+#: ... of which the first ones the in-domain refusal check took before (none refused there).
+N_HELDOUT_BEFORE = 30
 N_REFUSE = 20
 
 
@@ -100,11 +107,9 @@ def test_refusals_with_the_grammar(sample):
     assert all(plan is not None for _, _, plan in held + ood)  # the grammar: always valid
     assert sum(is_refusal(plan) for _, _, plan in ood) >= 0.95 * N_REFUSE
     assert sum(is_refusal(plan) for _, _, plan in held) <= 0.01 * N_HELDOUT
+    assert not any(is_refusal(plan) for _, _, plan in held[:N_HELDOUT_BEFORE])
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped JSON planner is just under its held-out "
-                   "target (94.0% of 300 through llama.cpp after nine phases, "
-                   "docs/bench/json_planner_phase9_eval300.json): 28 of these 30, 29 needed")
 def test_heldout_exact_match_with_the_grammar(sample):
     held, _ = sample
     assert sum(text == plan_text(cmd) for cmd, text, _ in held) >= 0.95 * N_HELDOUT

@@ -151,13 +151,13 @@ def tower_from_mmproj(path: str | os.PathLike[str]) -> VisionTower:
         FloorError: no file, not a GGUF, a key missing, or a projector type not counted here
             (each named with the file).
     """
-    import gguf
+    from robot_latency.floor.gguf_reader import GGUFReader
 
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise FloorError(f"--mmproj {p}: no such file")
     try:
-        reader = gguf.GGUFReader(p, "r")
+        reader = GGUFReader(p, "r")
     except Exception as exc:  # the reader raises several types for a bad file
         raise FloorError(f"--mmproj {p}: not a GGUF ({type(exc).__name__})") from None
 

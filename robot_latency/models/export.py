@@ -192,7 +192,9 @@ def read_gguf(path: str | Path) -> tuple[GGUFShape, dict[str, np.ndarray]]:
     """
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
+    from robot_latency.floor.gguf_reader import GGUFReader
+
+    reader = GGUFReader(str(path))
 
     def field(key: str) -> object:
         f = reader.fields.get(key)

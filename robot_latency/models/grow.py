@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gguf
 import torch
 
+from robot_latency.floor.gguf_reader import GGUFReader
 from robot_latency.models.export import GGUFShape
 from robot_latency.models.tokenizer import Vocab
 from robot_latency.models.torch_llama import LlamaModel
@@ -30,7 +30,7 @@ def gguf_tokens(path: str | Path) -> tuple[str, ...]:
     Raises:
         ValueError: the file has no ``tokenizer.ggml.tokens``.
     """
-    field = gguf.GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
     if field is None:
         raise ValueError(f"{path}: no tokenizer.ggml.tokens")
     return tuple(bytes(field.parts[i]).decode("utf-8") for i in field.data)

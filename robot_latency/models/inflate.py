@@ -387,6 +387,7 @@ def inflate(
     """
     import gguf
 
+    from robot_latency.floor.gguf_reader import GGUFReader
     from robot_latency.models.export import read_gguf
 
     if dtype not in ("F32", "F16"):
@@ -400,8 +401,7 @@ def inflate(
     if bpe and src_shape.vocab_size != plan.big.vocab_size:
         raise InflateError(f"{src_gguf}: its {src_shape.vocab_size}-token vocabulary is not "
                            f"{label}'s {plan.big.vocab_size}; a real tokenizer is not padded")
-    vocab = None if bpe else pad_vocab(read_vocab(gguf.GGUFReader(str(src_gguf))),
-                                       plan.big.vocab_size)
+    vocab = None if bpe else pad_vocab(read_vocab(GGUFReader(str(src_gguf))), plan.big.vocab_size)
     big = plan.big
     out_path = Path(out_path)
     tmp = out_path.with_name(out_path.name + ".tmp")

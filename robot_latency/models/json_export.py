@@ -98,9 +98,9 @@ def read_compact(path: Path) -> tuple[GGUFShape, dict[str, np.ndarray], list[int
     Raises:
         ExportError: the file is not a compact planner.
     """
-    import gguf
+    from robot_latency.floor.gguf_reader import GGUFReader
 
-    reader = gguf.GGUFReader(str(path))
+    reader = GGUFReader(str(path))
     f = reader.fields
 
     def scalar(key: str) -> Any:

@@ -184,7 +184,7 @@ def open_gguf(path: str | Path) -> Any:
     Raises:
         MmprojError: no file at ``path``, or not a GGUF.
     """
-    from gguf import GGUFReader
+    from robot_latency.floor.gguf_reader import GGUFReader
 
     p = Path(path)
     if not p.is_file():
@@ -209,7 +209,7 @@ def lm_embedding_width(lm_path: str | Path) -> int:
 
 def mmproj_output_width(mmproj_path: str | Path) -> int:
     """The width the projector gives the language model, read from the mmproj's tensors."""
-    from gguf import GGUFReader
+    from robot_latency.floor.gguf_reader import GGUFReader
 
     gguf_field(mmproj_path, "general.architecture")  # names the file when it is missing or bad
     reader = GGUFReader(str(mmproj_path))

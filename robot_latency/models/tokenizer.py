@@ -210,7 +210,9 @@ def copy_tokenizer_metadata(writer: gguf.GGUFWriter, source: str | Path) -> int:
     merges, pre-tokenizer, special ids and chat template); return its number of tokens."""
     import gguf as gguf_mod
 
-    reader = gguf_mod.GGUFReader(str(source))
+    from robot_latency.floor.gguf_reader import GGUFReader
+
+    reader = GGUFReader(str(source))
     n_tokens = 0
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
@@ -229,9 +231,9 @@ def copy_tokenizer_metadata(writer: gguf.GGUFWriter, source: str | Path) -> int:
 def tokenizer_model(source: str | Path) -> str:
     """Return a GGUF's ``tokenizer.ggml.model`` (``llama``: the planner's own word vocabulary;
     ``gpt2``: a real model's BPE, e.g. Qwen2's)."""
-    import gguf as gguf_mod
+    from robot_latency.floor.gguf_reader import GGUFReader
 
-    field = gguf_mod.GGUFReader(str(source)).get_field("tokenizer.ggml.model")
+    field = GGUFReader(str(source)).get_field("tokenizer.ggml.model")
     return str(field.contents()) if field is not None else "llama"
 
 

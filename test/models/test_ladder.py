@@ -141,13 +141,13 @@ def test_a_built_level_is_found_again_without_reading_a_gguf(tmp_path, monkeypat
     monkeypatch.setattr(digest, "REMEMBER_BYTES", 0)
     path = ladder.ladder_model_path(str(src), "Q4_0")
     reads: list[str] = []
-    real_reader = gguf.GGUFReader
+    real_reader = ggufinfo.GGUFReader
 
     def counted(p, *args, **kwargs):
         reads.append(str(p))
         return real_reader(p, *args, **kwargs)
 
-    monkeypatch.setattr(gguf, "GGUFReader", counted)
+    monkeypatch.setattr(ggufinfo, "GGUFReader", counted)
     monkeypatch.setattr(ggufinfo, "_FACTS_CACHE", {})  # as another process would start
     assert ladder.ladder_model_path(str(src), "Q4_0") == path
     assert reads == []

@@ -204,7 +204,10 @@ class MainJob:
     price. The stream's first ``commands`` (0: all) play at the operator's own pace (``speed``
     1): a JSON plan takes about a second on a 2-core machine, and the steady operator speaks
     every 1.6 s (median). 2,000 ms sits between the JSON levels' plan times there: the job shows
-    how the miss rate moves with the quant level, not a row of zeros or of ones.
+    how the miss rate moves with the quant level, not a row of zeros or of ones. A pause in the
+    stream longer than ``max_pause_s`` (0: none shortened) is shortened to it: the planner is
+    idle through it (4 s is twice the deadline), and the first 30 commands' five longer pauses
+    would add 22.6 s to every level's replay.
     """
 
     out_dir: Path = Path("runs/demo")
@@ -214,6 +217,7 @@ class MainJob:
     inflate: str = "qwen2.5-0.5b"
     stream: Path | None = None
     commands: int = 30
+    max_pause_s: float = 4.0
     speed: float = 1.0
     mode: str = "event"
     deadline_ms: float = 2000.0
@@ -316,8 +320,8 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
                        [[lv.label, lv.profile or "default", f"{lv.size_bytes / 1e6:.1f}",
                          f"{lv.bpw:.2f}", str(lv.path)] for lv in levels]))
     stream = Path(job.stream) if job.stream else SHIPPED_DIR / "steady_operator"
-    if job.commands:
-        stream = first_commands(stream, job.commands, out / "stream")
+    stream = first_commands(stream, job.commands, out / "stream",
+                            max_pause_ns=round(job.max_pause_s * 1e9))
     say(f"\n[2/3] bandwidth floor of these files on this host and the Orin modules "
         f"(ms per token at {job.context_tokens} tokens of context):")
     host = load_or_probe_host()
@@ -328,8 +332,10 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
              *(f"{predict_floor(m, d, context_tokens=ctx).itl_floor_ms:.2f}"
                for m in models.values())] for d in devices]
     say(markdown_table(["device", "GB/s", *models], rows))
-    say(f"\n[3/3] replaying {stream} (x{job.speed:g}) through planner_node and bag_replayer "
-        f"over ROS 2 (Fast DDS), deadline {job.deadline_ms:g} ms, one configuration per level")
+    paused = f", pauses over {job.max_pause_s:g} s shortened to it" if job.max_pause_s else ""
+    say(f"\n[3/3] replaying {stream} (x{job.speed:g}{paused}) through planner_node and "
+        f"bag_replayer over ROS 2 (Fast DDS), deadline {job.deadline_ms:g} ms, one "
+        f"configuration per level")
     # The default CPU budget: the loop not pinned and woken early (it sleeps most of the
     # cycle), the engine niced on every core (its prefill threads use them all): the model gets
     # the machine, the fallback stays on time (robot_latency/planner/budget.py).
@@ -359,17 +365,27 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
     return report
 
 
-def first_commands(stream: Path, n: int, out: Path) -> Path:
-    """Write the first ``n`` commands of ``stream`` as a bag at ``out``, its labels beside it
-    (the whole stream where it has no more than ``n``); return the bag to replay."""
+def first_commands(stream: Path, n: int, out: Path, *, max_pause_ns: int = 0) -> Path:
+    """Write the first ``n`` commands of ``stream`` as a bag at ``out``, its labels beside it;
+    return the bag to replay (``stream`` itself where it has no more than ``n`` and no pause is
+    shortened). ``max_pause_ns`` > 0: a pause between two commands longer than that is
+    shortened to it, the commands after it moved earlier by the difference (the planner is idle
+    through such a pause; ROS 1's ``rosbag play --skip-empty`` does the same)."""
     import shutil
+    from dataclasses import replace
 
     from robot_latency.streams import read_stream, write_bag
 
-    commands = read_stream(stream).commands
-    if len(commands) <= n:
+    commands = read_stream(stream).commands[:n] if n else read_stream(stream).commands
+    shift, prev, paced = 0, None, []
+    for c in commands:
+        if max_pause_ns > 0 and prev is not None:
+            shift += max(0, c.t_ns - prev - max_pause_ns)
+        prev = c.t_ns
+        paced.append(replace(c, t_ns=c.t_ns - shift))
+    if shift == 0 and len(read_stream(stream).commands) <= len(paced):
         return stream
-    write_bag(out, commands[:n])
+    write_bag(out, paced)
     labels = (stream if stream.is_dir() else stream.parent) / "labels.jsonl"
     if labels.is_file():
         shutil.copyfile(labels, out / "labels.jsonl")

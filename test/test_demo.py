@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -81,3 +82,22 @@ def test_the_main_job_replays_the_first_commands_with_their_labels(tmp_path: Pat
     assert labels is not None and all(labels.lookup(c.command_id, c.text) is not None for c in cut)
     # a stream no longer than asked is replayed as it is
     assert first_commands(shipped, 60, tmp_path / "all") == shipped
+
+
+def test_the_main_job_shortens_only_the_pauses_over_its_limit(tmp_path: Path) -> None:
+    from robot_latency.demo_job import first_commands
+    from robot_latency.streams import SHIPPED_DIR, read_stream
+
+    shipped = SHIPPED_DIR / "steady_operator"
+    whole = read_stream(shipped).commands[:30]
+    limit_ns = 4_000_000_000
+    bag = first_commands(shipped, 30, tmp_path / "stream", max_pause_ns=limit_ns)
+    paced = read_stream(bag).commands
+    assert [c.text for c in paced] == [c.text for c in whole]
+    gaps = [b.t_ns - a.t_ns for a, b in itertools.pairwise(whole)]
+    new_gaps = [b.t_ns - a.t_ns for a, b in itertools.pairwise(paced)]
+    assert any(g > limit_ns for g in gaps)  # the shipped stream has pauses to shorten
+    assert new_gaps == [min(g, limit_ns) for g in gaps]
+    assert stream_labels_of(bag) is not None
+    # with no pause over the limit and no command cut, the stream is replayed as it is
+    assert first_commands(shipped, 0, tmp_path / "all", max_pause_ns=10**15) == shipped

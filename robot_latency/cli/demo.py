@@ -67,6 +67,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     quants = tuple(split_list(args.quants))
     if not quants:
         raise UsageError("--quants needs at least one level")
+    if not 0 <= args.max_pause_s < float("inf"):
+        raise UsageError(f"--max-pause-s: must be >= 0, got {args.max_pause_s:g}")
     out = Path(args.out)
     kept = move_aside(out)
     if kept is not None:
@@ -75,7 +77,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report = main_job(MainJob(out_dir=out, quants=quants, inflate=args.inflate,
                               planner=args.planner, compact_quant=args.compact_quant,
                               stream=Path(args.stream) if args.stream else None,
-                              commands=args.commands,
+                              commands=args.commands, max_pause_s=args.max_pause_s,
                               speed=args.speed, mode=args.mode, deadline_ms=args.deadline_ms,
                               period_ms=args.period_ms, device=args.device,
                               n_threads=args.n_threads, context_tokens=args.context,
@@ -112,6 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", default=None, help="default: the shipped steady_operator stream")
     p.add_argument("--commands", type=nonneg_int, default=_D.commands,
                    help="replay the stream's first N commands (0: all; default %(default)s)")
+    p.add_argument("--max-pause-s", type=float, default=_D.max_pause_s,
+                   help="shorten a pause between two commands longer than this to it (s; the "
+                        "planner is idle through it; 0: the stream's own pauses; default "
+                        "%(default)s)")
     p.add_argument("--speed", type=float, default=_D.speed)
     p.add_argument("--mode", default=_D.mode, choices=("periodic", "event"))
     p.add_argument("--deadline-ms", type=float, default=_D.deadline_ms)

@@ -111,6 +111,8 @@ def bad_argv(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "models mmproj --model": (["models", "mmproj", "--model", nope + ".gguf"],
                                   "--model " + nope + ".gguf: no such file"),
         "demo": (["demo", "--out", str(full), "--quants", "Q8_0,Q4_K"], "Q4_K"),
+        "demo --max-pause-s": (["demo", "--out", str(full), "--max-pause-s", "-1"],
+                               "--max-pause-s: must be >= 0, got -1"),
         "envelope": (["envelope", "--stream", nope + ".jsonl", "--model", "qwen2.5-0.5b",
                       "--from-labels", "--device", "orin-nano-8gb"], "nope.jsonl"),
         "doctor": (["doctor", "--params-file", nope + ".yaml"], "nope.yaml"),

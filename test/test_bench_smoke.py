@@ -57,7 +57,7 @@ def test_every_bench_script_has_a_smoke_run() -> None:
                "predict_labels.py", "format_price.py",
                "envelope.py", "vision_cost.py", "vision_predict.py", "node_soak.py",
                "cold_start.py", "untimed_batch.py", "vision_loop.py",
-               "vision_overhead.py", "vision_onnx.py"}
+               "vision_overhead.py", "vision_onnx.py", "gguf_read.py"}
     assert {p.name for p in BENCH.glob("*.py")} <= covered
 
 
@@ -158,6 +158,13 @@ def test_untimed_batch(tmp_path: Path) -> None:
                "--commands", "3", "--sequences", "2", "1")
     assert [r["sequences"] for r in doc["runs"]] == [2, 1]
     assert all(r["same_facts_as_first"] for r in doc["runs"]) and len(doc["facts"]) == 3
+
+
+def test_gguf_read(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "gguf_read.py", "--file", str(bundled_model_path("planner")),
+               "--repeats", "2")
+    assert doc["n"] == 2 and doc["all_same"] is True
+    assert [r["order"] for r in doc["runs"]] == [["gguf", "project"], ["project", "gguf"]]
 
 
 def test_rule_planner(tmp_path: Path) -> None:

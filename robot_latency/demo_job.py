@@ -366,26 +366,33 @@ def main_job(job: MainJob, say: Callable[[str], None]) -> Path:
 
 
 def first_commands(stream: Path, n: int, out: Path, *, max_pause_ns: int = 0) -> Path:
-    """Write the first ``n`` commands of ``stream`` as a bag at ``out``, its labels beside it;
-    return the bag to replay (``stream`` itself where it has no more than ``n`` and no pause is
-    shortened). ``max_pause_ns`` > 0: a pause between two commands longer than that is
-    shortened to it, the commands after it moved earlier by the difference (the planner is idle
-    through such a pause; ROS 1's ``rosbag play --skip-empty`` does the same)."""
+    """Write the first ``n`` commands of ``stream`` (0: all) at ``out``; return what to replay
+    (``stream`` itself where nothing is cut and no pause shortened). ``max_pause_ns`` > 0: a
+    pause between two commands longer than that is shortened to it, the commands after it moved
+    earlier by the difference (the planner is idle through such a pause; ROS 1's ``rosbag play
+    --skip-empty`` does the same). A JSONL stream is written as ``out/stream.jsonl`` (its ids,
+    states and labels kept); a bag as a bag at ``out``, with its states on the state topic and
+    its ``labels.jsonl`` beside it. Camera frames are not carried (the main job is text-only)."""
     import shutil
     from dataclasses import replace
 
-    from robot_latency.streams import read_stream, write_bag
+    from robot_latency.streams import read_stream, write_bag, write_jsonl
+    from robot_latency.streams.convert import DEFAULT_STATE_TOPIC
 
-    commands = read_stream(stream).commands[:n] if n else read_stream(stream).commands
+    whole = read_stream(stream)
     shift, prev, paced = 0, None, []
-    for c in commands:
+    for c in whole.commands[:n] if n else whole.commands:
         if max_pause_ns > 0 and prev is not None:
             shift += max(0, c.t_ns - prev - max_pause_ns)
         prev = c.t_ns
         paced.append(replace(c, t_ns=c.t_ns - shift))
-    if shift == 0 and len(read_stream(stream).commands) <= len(paced):
+    if shift == 0 and len(paced) == len(whole.commands):
         return stream
-    write_bag(out, paced)
+    if whole.topic is None:  # a JSONL file
+        out.mkdir(parents=True, exist_ok=True)
+        return write_jsonl(out / "stream.jsonl", paced)
+    has_state = any(c.state is not None for c in paced)
+    write_bag(out, paced, state_topic=DEFAULT_STATE_TOPIC if has_state else None)
     labels = (stream if stream.is_dir() else stream.parent) / "labels.jsonl"
     if labels.is_file():
         shutil.copyfile(labels, out / "labels.jsonl")

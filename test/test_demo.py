@@ -101,3 +101,23 @@ def test_the_main_job_shortens_only_the_pauses_over_its_limit(tmp_path: Path) ->
     assert stream_labels_of(bag) is not None
     # with no pause over the limit and no command cut, the stream is replayed as it is
     assert first_commands(shipped, 0, tmp_path / "all", max_pause_ns=10**15) == shipped
+
+
+def test_a_jsonl_stream_keeps_its_ids_states_and_labels_when_its_pauses_are_shortened(
+        tmp_path: Path) -> None:
+    from robot_latency.demo_job import first_commands
+    from robot_latency.streams import read_stream
+
+    src = tmp_path / "mine.jsonl"
+    src.write_text("".join(json.dumps(line) + "\n" for line in [
+        {"t_ns": 0, "text": "pick up the red cup", "id": "a", "state": "gripper empty"},
+        {"t_ns": 30_000_000_000, "text": "sing me a song", "id": "b", "expected": "refuse"},
+        {"t_ns": 31_000_000_000, "text": "pick up the fork", "id": "c"},
+    ]))
+    out = first_commands(src, 0, tmp_path / "stream", max_pause_ns=4_000_000_000)
+    paced = read_stream(out).commands
+    assert [c.t_ns for c in paced] == [0, 4_000_000_000, 5_000_000_000]
+    assert [c.command_id for c in paced] == ["a", "b", "c"]
+    assert paced[0].state == "gripper empty" and paced[1].expected == "refuse"
+    labels = stream_labels_of(out)
+    assert labels is not None and labels.lookup("b", "sing me a song") is not None

@@ -61,6 +61,8 @@ class GGUFReader(gguf.GGUFReader):
             unpack, view = struct.Struct(fmt).unpack_from, memoryview(buf)
             idxs = []
             for _ in range(n):
+                if offs + 8 > len(buf):  # as gguf's reader fails on a truncated file
+                    raise IndexError(f"string array past the end of the file at byte {offs}")
                 (length,) = unpack(view, offs)
                 parts.append(buf[offs: offs + 8].view(u64))
                 parts.append(buf[offs + 8: offs + 8 + length])

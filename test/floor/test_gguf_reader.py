@@ -58,3 +58,18 @@ def test_every_array_kind_in_both_byte_orders(tmp_path: Path, endian) -> None:
     w.close()
     _assert_same(out)
     assert GGUFReader(str(out)).fields["t.strings"].contents() == ["", "a", "héllo", "x" * 300]
+
+
+def test_a_file_cut_inside_its_vocabulary_is_one_clear_error(tmp_path: Path) -> None:
+    from robot_latency.floor.errors import ModelInfoError
+    from robot_latency.floor.modelinfo import facts_from_gguf
+
+    whole = vocab_path("phi-3").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) // 3])
+    with pytest.raises(IndexError):
+        gguf.GGUFReader(str(cut))
+    with pytest.raises(IndexError):
+        GGUFReader(str(cut))
+    with pytest.raises(ModelInfoError, match=r"cut\.gguf"):
+        facts_from_gguf(cut)

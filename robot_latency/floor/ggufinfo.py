@@ -189,7 +189,7 @@ _FACTS_CACHE: dict[tuple[str, int, int, str], ModelFacts] = {}
 
 
 def _facts_from_file(p: str, size_bytes: int, kv_dtype: str) -> tuple[ModelFacts, int]:
-    """Read the facts with gguf's reader; return them and the bytes before the tensor data
+    """Read the facts with the project's GGUF reader; return them and the bytes before the data
     (header, metadata and tensor table: what the reader parses)."""
     try:
         reader = GGUFReader(p, "r")
